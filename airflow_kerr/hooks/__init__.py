@@ -1,0 +1,1 @@
+"""Airflow hooks: Kafka Connect REST client and Kafka helpers."""

@@ -1,0 +1,1 @@
+"""The embedded development stack: broker launcher, Kafka Connect stand-in, the kerr CLI."""

@@ -1,0 +1,1 @@
+"""Notifiers for tolerance breaches."""

@@ -1,0 +1,1 @@
+"""Code that runs inside spark-submit and on executors. Imports no Airflow."""

@@ -1,0 +1,331 @@
+"""``kerr_kafka``: a bounded Kafka source for Spark 4 written as a Python Data Source.
+
+It needs no JVM connector jar: the driver plans ``[start, end)`` offset ranges,
+the executors read them with confluent-kafka and hand Spark Arrow record batches.
+start is the consumer group's committed offset (or earliest, latest, or the first
+offset at a timestamp); end is the high watermark at planning time, so a run is a
+bounded batch like ``Trigger.AvailableNow``. Large partitions are split into
+several input partitions so every core works.
+
+Options (``spark.read.format("kerr_kafka").option(...)``):
+``subscribe`` (comma-separated topics), ``kafka.<librdkafka key>`` (client config,
+``kafka.bootstrap.servers`` required), ``groupId``, ``startingOffsets``
+(``group`` - the default when ``groupId`` is set -, ``earliest``, ``latest``),
+``startingTimestamp`` (epoch ms; overrides startingOffsets),
+``maxRecordsPerPartition`` (split size, default 200000), ``minPartitions``
+(default 2), and ``offsetRanges`` (JSON from :func:`ranges_to_json`: read exactly
+these ranges, for a job that planned them itself to commit them afterwards).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from airflow_kerr.kafka.offsets import offset_consumer, topic_partitions, watermarks
+
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+except ImportError:  # pragma: no cover - planning helpers stay usable without pyspark
+    DataSource = object  # type: ignore[assignment,misc]
+    DataSourceReader = object  # type: ignore[assignment,misc]
+    InputPartition = object  # type: ignore[assignment,misc]
+
+FORMAT_NAME = "kerr_kafka"
+SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestamp_type int, headers array<struct<key: string, value: binary>>"
+)
+STARTING_OFFSETS = ("group", "earliest", "latest")
+DEFAULT_MAX_RECORDS_PER_PARTITION = 200_000
+ARROW_BATCH_ROWS = 8192
+# Spark's kafka source numbers timestamp types 0 (CreateTime) and 1 (LogAppendTime);
+# confluent-kafka uses 1 and 2, and 0 for "no timestamp".
+_SPARK_TIMESTAMP_TYPE = {1: 0, 2: 1, 0: -1}
+
+
+class KafkaSourceOptionError(ValueError):
+    """A kerr_kafka option is missing or outside what is accepted."""
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """One input partition: records ``[start, end)`` of one topic partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int:
+        return max(0, self.end - self.start)
+
+
+def ranges_to_json(ranges: Sequence[OffsetRange]) -> str:
+    return json.dumps([asdict(r) for r in ranges])
+
+
+def ranges_from_json(text: str) -> list[OffsetRange]:
+    try:
+        return [
+            OffsetRange(str(r["topic"]), int(r["partition"]), int(r["start"]), int(r["end"])) for r in json.loads(text)
+        ]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise KafkaSourceOptionError(
+            f'offsetRanges={text[:200]!r}: expected a JSON list of {{"topic", "partition", "start", "end"}} objects'
+        ) from exc
+
+
+def plan_offset_ranges(
+    kafka_config: Mapping[str, Any],
+    topics: Sequence[str],
+    starting_offsets: str = "earliest",
+    group_id: str | None = None,
+    starting_timestamp_ms: int | None = None,
+    timeout_s: float = 30.0,
+) -> list[OffsetRange]:
+    """Plan one ``[start, end)`` range per topic partition; end is the high watermark now."""
+    if starting_offsets not in STARTING_OFFSETS:
+        raise KafkaSourceOptionError(
+            f"startingOffsets={starting_offsets!r}: expected one of {', '.join(STARTING_OFFSETS)}"
+        )
+    if starting_offsets == "group" and not group_id:
+        raise KafkaSourceOptionError(
+            "startingOffsets='group' needs groupId: the consumer group whose offsets to start at"
+        )
+    lookup = offset_consumer(kafka_config)
+    try:
+        partitions = [tp for topic in topics for tp in topic_partitions(lookup, topic, timeout_s)]
+        marks = watermarks(lookup, partitions, timeout_s)
+        starts = {key: low for key, (low, _) in marks.items()}
+        if starting_timestamp_ms is not None:
+            found = lookup.offsets_for_times(
+                [TopicPartition(t, p, starting_timestamp_ms) for t, p in partitions], timeout=timeout_s
+            )
+            for tp in found:
+                starts[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else marks[(tp.topic, tp.partition)][1]
+        elif starting_offsets == "latest":
+            starts = {key: high for key, (_, high) in marks.items()}
+        elif starting_offsets == "group":
+            starts.update(_committed_offsets(kafka_config, str(group_id), partitions, timeout_s))
+    finally:
+        lookup.close()
+    ranges = []
+    for key, (low, high) in sorted(marks.items()):
+        start = min(max(starts[key], low), high)
+        ranges.append(OffsetRange(key[0], key[1], start, high))
+    return ranges
+
+
+def _committed_offsets(
+    kafka_config: Mapping[str, Any], group_id: str, partitions: Sequence[tuple[str, int]], timeout_s: float
+) -> dict[tuple[str, int], int]:
+    """The group's committed offsets; partitions it never committed are left out (they start at earliest)."""
+    consumer = Consumer({**kafka_config, "group.id": group_id, "enable.auto.commit": False})
+    try:
+        committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+    finally:
+        consumer.close()
+    return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
+
+
+def split_ranges(ranges: Sequence[OffsetRange], max_records: int, min_partitions: int) -> list[OffsetRange]:
+    """Split ranges so no piece holds more than ``max_records`` and there are at least ``min_partitions``."""
+    total = sum(r.count for r in ranges)
+    if total == 0:
+        return [r for r in ranges if r.count > 0]
+    target = max(1, min(max_records, math.ceil(total / max(1, min_partitions))))
+    pieces: list[OffsetRange] = []
+    for r in ranges:
+        if r.count == 0:
+            continue
+        n = math.ceil(r.count / target)
+        step = math.ceil(r.count / n)
+        pieces.extend(OffsetRange(r.topic, r.partition, s, min(s + step, r.end)) for s in range(r.start, r.end, step))
+    return pieces
+
+
+def read_range(
+    kafka_config: Mapping[str, Any],
+    offset_range: OffsetRange,
+    poll_batch: int = 1000,
+    timeout_s: float = 60.0,
+) -> Iterator[list[Any]]:
+    """Yield the records of one range as lists of confluent-kafka messages, in offset order.
+
+    A range ends at its planned end, or earlier at partition EOF (the last offsets
+    of a transactional topic are markers no consumer sees). A broker that sends
+    nothing for ``timeout_s`` fails the read rather than return a short batch.
+    """
+    if offset_range.count == 0:
+        return
+    consumer = Consumer(
+        {
+            **kafka_config,
+            "group.id": kafka_config.get("group.id", "kerr-source-reader"),
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        start = offset_range.start if offset_range.start >= 0 else OFFSET_BEGINNING
+        consumer.assign([TopicPartition(offset_range.topic, offset_range.partition, start)])
+        last_progress = time.monotonic()
+        while True:
+            messages = consumer.consume(poll_batch, timeout=1.0)
+            if not messages:
+                if time.monotonic() - last_progress > timeout_s:
+                    raise TimeoutError(
+                        f"no records from {offset_range.topic}[{offset_range.partition}] for {timeout_s:.0f} s "
+                        f"while reading offsets [{offset_range.start}, {offset_range.end})"
+                    )
+                continue
+            last_progress = time.monotonic()
+            batch = []
+            done = False
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        done = True
+                        break
+                    raise KafkaException(error)
+                offset = int(message.offset() or 0)
+                if offset >= offset_range.end:
+                    done = True
+                    break
+                batch.append(message)
+                done = offset >= offset_range.end - 1
+            if batch:
+                yield batch
+            if done:
+                return
+    finally:
+        consumer.close()
+
+
+def _arrow_schema() -> Any:
+    """The Arrow schema Spark expects for :data:`SCHEMA` (microsecond timestamps, list items named element)."""
+    import pyarrow as pa
+
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    return pa.schema(
+        [
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("timestamp_type", pa.int32()),
+            ("headers", pa.list_(pa.field("element", header))),
+        ]
+    )
+
+
+def messages_to_arrow(messages: Sequence[Any]) -> Any:
+    """One Arrow record batch in :data:`SCHEMA`'s shape from confluent-kafka messages."""
+    import pyarrow as pa
+
+    timestamps = [m.timestamp() for m in messages]
+    columns = [
+        [m.key() for m in messages],
+        [m.value() for m in messages],
+        [m.topic() for m in messages],
+        [m.partition() for m in messages],
+        [m.offset() for m in messages],
+        [ts * 1000 if kind != 0 else None for kind, ts in timestamps],
+        [_SPARK_TIMESTAMP_TYPE.get(kind, -1) for kind, _ in timestamps],
+        [[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in messages],
+    ]
+    schema = _arrow_schema()
+    return pa.RecordBatch.from_arrays(
+        [pa.array(values, field.type) for values, field in zip(columns, schema, strict=True)], schema=schema
+    )
+
+
+def kafka_config_from_options(options: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka settings from ``kafka.``-prefixed options; bootstrap servers are required."""
+    config = {key[len("kafka.") :]: value for key, value in options.items() if key.startswith("kafka.")}
+    if not config.get("bootstrap.servers"):
+        raise KafkaSourceOptionError("kafka.bootstrap.servers is required: the brokers to read from")
+    return config
+
+
+def _int_option(options: Mapping[str, str], key: str, default: int, minimum: int) -> int:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise KafkaSourceOptionError(f"{key}={raw!r}: expected a whole number >= {minimum}") from None
+    if value < minimum:
+        raise KafkaSourceOptionError(f"{key}={raw!r}: expected a whole number >= {minimum}")
+    return value
+
+
+class KafkaSourceReader(DataSourceReader):
+    """Plans offset ranges on the driver and reads them on the executors."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.kafka_config = kafka_config_from_options(options)
+        self.max_records = _int_option(options, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION, 1)
+        self.min_partitions = _int_option(options, "minPartitions", 2, 1)
+        if "offsetRanges" in options:
+            self.ranges = ranges_from_json(options["offsetRanges"])
+            return
+        topics = [t.strip() for t in options.get("subscribe", "").split(",") if t.strip()]
+        if not topics:
+            raise KafkaSourceOptionError("subscribe is required: a comma-separated list of topics (or offsetRanges)")
+        group_id = options.get("groupId")
+        timestamp = options.get("startingTimestamp")
+        self.ranges = plan_offset_ranges(
+            self.kafka_config,
+            topics,
+            starting_offsets=options.get("startingOffsets", "group" if group_id else "earliest"),
+            group_id=group_id,
+            starting_timestamp_ms=_int_option(options, "startingTimestamp", 0, 0) if timestamp else None,
+        )
+
+    def partitions(self) -> Sequence[OffsetRange]:
+        return split_ranges(self.ranges, self.max_records, self.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, OffsetRange):
+            raise TypeError(f"kerr_kafka reads OffsetRange partitions, got {type(partition).__name__}")
+        pending: list[Any] = []
+        for messages in read_range(self.kafka_config, partition):
+            pending.extend(messages)
+            if len(pending) >= ARROW_BATCH_ROWS:
+                yield messages_to_arrow(pending)
+                pending = []
+        if pending:
+            yield messages_to_arrow(pending)
+
+
+class KafkaSource(DataSource):
+    """The ``kerr_kafka`` format: a bounded, offset-range Kafka read."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: Any) -> KafkaSourceReader:
+        return KafkaSourceReader(self.options)
+
+
+def register(spark: Any) -> None:
+    """Make ``spark.read.format("kerr_kafka")`` available in this session."""
+    spark.dataSource.register(KafkaSource)

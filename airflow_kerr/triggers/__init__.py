@@ -1,0 +1,1 @@
+"""Triggers: the async twins of the sensors and waits, for deferrable mode."""
