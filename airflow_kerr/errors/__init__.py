@@ -1,0 +1,108 @@
+"""Kafka Connect's errors.* contract in pure Python: no Airflow, no Spark.
+
+The Spark job, the replay operator and the sensors share these pieces: the validated
+``errors.*`` configuration, the retry/tolerance executor, the error context, the DLQ record
+build and parse, and Connect's error metrics.
+"""
+
+from airflow_kerr.errors.config import (
+    MASK,
+    RATE_DURATIONS_MS,
+    SPARK_CONF_PREFIX,
+    ConfigProblem,
+    ErrorHandlingConfig,
+    HeaderFormat,
+    InvalidErrorsConfig,
+    ToleranceType,
+    is_sensitive_key,
+    mask_credentials,
+)
+from airflow_kerr.errors.context import NOT_CONVERTED, ErrorContext, TaskId
+from airflow_kerr.errors.dead_letter import (
+    DeadLetterQueueRecord,
+    DeadLetterRecord,
+    HeaderSet,
+    build_dead_letter_record,
+    connect_context_headers,
+    dlq_context_headers,
+    parse_dead_letter,
+    streams_context_headers,
+)
+from airflow_kerr.errors.exceptions import (
+    ConnectError,
+    DeadLetterQueueError,
+    KafkaErrorKind,
+    RetriableError,
+    ToleranceExceeded,
+    UnhandledError,
+    classify_kafka_error,
+    exception_class_name,
+    exception_message,
+    format_stacktrace,
+    is_retriable,
+)
+from airflow_kerr.errors.metrics import CONNECT_METRIC_NAMES, ErrorMetrics
+from airflow_kerr.errors.record import Header, SourceRecord, TimestampType
+from airflow_kerr.errors.reporters import DeadLetterQueueReporter, ErrorReporter, LogReporter, SendFn
+from airflow_kerr.errors.retry import (
+    RETRIES_DELAY_MIN_MS,
+    SKIPPED,
+    RetryWithTolerance,
+    Skipped,
+    backoff_delay_ms,
+    wall_clock_ms,
+)
+from airflow_kerr.errors.stage import TOLERATES_ANY_EXCEPTION, PipelineStage, Stage
+
+__all__ = [
+    "CONNECT_METRIC_NAMES",
+    "MASK",
+    "NOT_CONVERTED",
+    "RATE_DURATIONS_MS",
+    "RETRIES_DELAY_MIN_MS",
+    "SKIPPED",
+    "SPARK_CONF_PREFIX",
+    "TOLERATES_ANY_EXCEPTION",
+    "ConfigProblem",
+    "ConnectError",
+    "DeadLetterQueueError",
+    "DeadLetterQueueRecord",
+    "DeadLetterQueueReporter",
+    "DeadLetterRecord",
+    "ErrorContext",
+    "ErrorHandlingConfig",
+    "ErrorMetrics",
+    "ErrorReporter",
+    "Header",
+    "HeaderFormat",
+    "HeaderSet",
+    "InvalidErrorsConfig",
+    "KafkaErrorKind",
+    "LogReporter",
+    "PipelineStage",
+    "RetriableError",
+    "RetryWithTolerance",
+    "SendFn",
+    "Skipped",
+    "SourceRecord",
+    "Stage",
+    "TaskId",
+    "TimestampType",
+    "ToleranceExceeded",
+    "ToleranceType",
+    "UnhandledError",
+    "backoff_delay_ms",
+    "build_dead_letter_record",
+    "classify_kafka_error",
+    "connect_context_headers",
+    "dlq_context_headers",
+    "exception_class_name",
+    "exception_message",
+    "format_stacktrace",
+    "is_retriable",
+    "is_sensitive_key",
+    "mask_credentials",
+    "parse_dead_letter",
+    "streams_context_headers",
+    "wall_clock_ms",
+]
