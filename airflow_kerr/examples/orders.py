@@ -1,0 +1,124 @@
+"""An orders stream with poison in it, and the transformations of the example pipeline.
+
+Three kinds of bad record, one per way a record goes wrong in practice:
+
+- malformed JSON: fails the VALUE_CONVERTER stage and goes to the DLQ;
+- an invalid order (negative amount): :func:`validate_order` rejects it in the
+  TRANSFORMATION stage and it goes to the DLQ;
+- a flaky order: :func:`enrich_order`'s lookup fails once with a retriable error
+  and succeeds when retried, so the record reaches the sink and the retry is
+  counted in ``total-retries``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_kerr.errors import RetriableError
+from airflow_kerr.spark.stages import PipelineRecord
+
+_FAILED_ONCE: set[tuple[str, int, int]] = set()
+
+
+class InvalidOrder(ValueError):
+    """An order that parsed but breaks a business rule."""
+
+
+class TransientLookupError(RetriableError):
+    """A lookup that timed out; retrying it succeeds."""
+
+
+@dataclass(frozen=True)
+class GeneratedOrders:
+    """What :func:`generate_orders` wrote, by kind, for checking a run's counts."""
+
+    total: int
+    malformed: int
+    invalid: int
+    flaky: int
+
+    @property
+    def bad(self) -> int:
+        return self.malformed + self.invalid
+
+    @property
+    def good(self) -> int:
+        return self.total - self.bad
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "total": self.total,
+            "malformed": self.malformed,
+            "invalid": self.invalid,
+            "flaky": self.flaky,
+            "good": self.good,
+        }
+
+
+def order_value(index: int, kind: str, rng: random.Random) -> bytes:
+    """The value bytes of order ``index`` of the given kind (good, malformed, invalid or flaky)."""
+    if kind == "malformed":
+        return f'{{"id": "o-{index}", "amount": '.encode()
+    amount = -round(rng.uniform(1, 50), 2) if kind == "invalid" else round(rng.uniform(1, 500), 2)
+    order: dict[str, Any] = {"id": f"o-{index}", "customer": f"c-{index % 97}", "amount": amount}
+    if kind == "flaky":
+        order["flaky"] = True
+    return json.dumps(order).encode()
+
+
+def generate_orders(
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    count: int,
+    malformed_every: int = 50,
+    invalid_every: int = 70,
+    flaky_every: int = 90,
+    seed: int = 7,
+) -> GeneratedOrders:
+    """Write ``count`` orders to ``topic``; every Nth is malformed, invalid or flaky (0 disables a kind)."""
+    from confluent_kafka import Producer
+
+    rng = random.Random(seed)
+    producer = Producer({**kafka_config, "linger.ms": 10})
+    kinds = {"malformed": 0, "invalid": 0, "flaky": 0}
+    for index in range(count):
+        kind = "good"
+        for name, every in (("malformed", malformed_every), ("invalid", invalid_every), ("flaky", flaky_every)):
+            if every and index % every == every - 1:
+                kind = name
+                break
+        if kind != "good":
+            kinds[kind] += 1
+        headers = [("source", b"orders-generator"), ("kind", kind.encode())]
+        producer.produce(topic, key=f"o-{index}".encode(), value=order_value(index, kind, rng), headers=headers)
+        if index % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(60) != 0:
+        raise RuntimeError(f"could not write every generated order to {topic}")
+    return GeneratedOrders(count, kinds["malformed"], kinds["invalid"], kinds["flaky"])
+
+
+def validate_order(record: PipelineRecord) -> PipelineRecord:
+    """Reject orders without an id or with an amount that is not positive."""
+    order = record.value
+    if not isinstance(order, dict) or "id" not in order:
+        raise InvalidOrder(f"not an order: {order!r}")
+    if not isinstance(order.get("amount"), (int, float)) or order["amount"] <= 0:
+        raise InvalidOrder(f"order {order['id']} has a non-positive amount: {order.get('amount')!r}")
+    return record
+
+
+def enrich_order(record: PipelineRecord) -> PipelineRecord:
+    """Add the amount in cents; a flaky order's lookup fails the first time it is tried."""
+    order = record.value
+    if order.get("flaky"):
+        coordinates = (record.topic, record.partition, record.offset)
+        if coordinates not in _FAILED_ONCE:
+            _FAILED_ONCE.add(coordinates)
+            raise TransientLookupError(f"customer lookup timed out for order {order['id']}")
+    order["amount_cents"] = round(order["amount"] * 100)
+    return record

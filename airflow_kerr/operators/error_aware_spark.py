@@ -1,0 +1,123 @@
+"""``ErrorAwareSparkSubmitOperator``: submit the error-aware PySpark job with Kafka Connect's ``errors.*`` settings."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+import airflow_kerr
+from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.kafka.metrics_topic import run_summary
+from airflow_kerr.spark import job
+from airflow_kerr.spark.spec import PipelineSpec
+
+_TEMPLATE_MARK = re.compile(r"{{|{%")
+
+
+def _templated(value: Any) -> bool:
+    """True when a value still holds Jinja that only renders at run time."""
+    if isinstance(value, str):
+        return bool(_TEMPLATE_MARK.search(value))
+    if isinstance(value, Mapping):
+        return any(_templated(k) or _templated(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_templated(v) for v in value)
+    return False
+
+
+def build_package_zip(directory: Path) -> Path:
+    """Zip the installed ``airflow_kerr`` package for ``--py-files``, so executors import the same code."""
+    package = Path(airflow_kerr.__file__).parent
+    target = directory / "airflow_kerr.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(package.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed"):
+                archive.write(path, path.relative_to(package.parent))
+    return target
+
+
+class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
+    """Run a :class:`PipelineSpec` with the error-aware job; push the run's metrics summary to XCom.
+
+    ``pipeline`` is the spec as a dict (templated); ``errors`` adds or overrides its
+    ``errors.*`` properties. Both are validated when the DAG is parsed, so a bad key
+    fails the import with a message naming every bad key. The Kafka settings come
+    from the ``kafka`` connection ``kafka_config_id`` (entries in the spec's own
+    ``kafka`` win). The spec goes to the job as a file readable only by this user
+    (it may hold credentials), never as a shell-quoted argument. Unless
+    ``ship_package=False`` (the cluster has the provider installed), the installed
+    ``airflow_kerr`` package is shipped to the executors with ``--py-files``.
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "pipeline", "errors")
+    template_fields_renderers = {"pipeline": "json", "errors": "json"}
+
+    def __init__(
+        self,
+        *,
+        pipeline: Mapping[str, Any],
+        errors: Mapping[str, Any] | None = None,
+        kafka_config_id: str = "kafka_default",
+        ship_package: bool = True,
+        conn_id: str = "spark_default",
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        pipeline = dict(pipeline)
+        super().__init__(
+            application=job.__file__,
+            conn_id=conn_id,
+            name=name or f"kerr-{pipeline.get('name', 'pipeline')}",
+            **kwargs,
+        )
+        self.pipeline = pipeline
+        self.errors = dict(errors or {})
+        self.kafka_config_id = kafka_config_id
+        self.ship_package = ship_package
+        if not _templated(self.pipeline) and not _templated(self.errors):
+            self.spec(kafka_config={})
+
+    def spec(self, kafka_config: Mapping[str, Any]) -> PipelineSpec:
+        """The rendered, validated spec with the connection's Kafka settings under the spec's own."""
+        data = dict(self.pipeline)
+        data["errors"] = {**dict(data.get("errors") or {}), **self.errors}
+        data["kafka"] = {**dict(kafka_config), **dict(data.get("kafka") or {})}
+        return PipelineSpec.from_dict(data)
+
+    def run_id(self, context: Mapping[str, Any]) -> str:
+        ti = context.get("ti") or context.get("task_instance")
+        dag_run = context.get("dag_run")
+        parts = [self.dag_id, getattr(dag_run, "run_id", "manual"), self.task_id, str(getattr(ti, "try_number", 1))]
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", ".".join(str(p) for p in parts))
+
+    def execute(self, context: Any) -> dict[str, Any] | None:  # type: ignore[override]
+        kafka_config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
+        spec = self.spec(kafka_config)
+        run_id = self.run_id(context)
+        started_ms = int(time.time() * 1000)
+        with tempfile.TemporaryDirectory(prefix="kerr-job-") as workdir:
+            spec_path = Path(workdir) / "pipeline.json"
+            descriptor = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(spec.to_json())
+            self.application_args = ["--spec-file", str(spec_path), "--run-id", run_id]
+            if self.ship_package:
+                shipped = str(build_package_zip(Path(workdir)))
+                self.py_files = f"{self.py_files},{shipped}" if self.py_files else shipped
+            self._hook = None
+            self.log.info("pipeline %s, run %s, errors.* = %s", spec.name, run_id, spec.errors)
+            super().execute(context)
+        summary = run_summary(kafka_config, spec.metrics_topic, spec.name, run_id, started_ms - 60_000)
+        if summary is None:
+            self.log.warning("the job finished but its metrics record for run %s was not found", run_id)
+            return None
+        self.log.info("run metrics: %s", summary)
+        return summary

@@ -1,0 +1,526 @@
+"""The error-aware PySpark job: Kafka Connect's ``errors.*`` contract, record by record, at batch speed.
+
+Run by spark-submit (``ErrorAwareSparkSubmitOperator`` builds the command) with
+``--spec-file PATH`` or ``--spec-b64 TEXT`` holding a :class:`PipelineSpec`. Imports no Airflow.
+
+One run is a bounded batch:
+
+1. The driver plans ``[start, end)`` per source partition: start at the consumer
+   group's committed offset (or earliest / latest / a timestamp), end at the high
+   watermark now; large partitions are split so both cores work.
+2. Each Spark task reads its range (``kerr_kafka`` source, or Spark's ``kafka``
+   format when the spec says so) and runs key converter, value converter,
+   transformations and the sink put for every record under
+   :class:`RetryWithTolerance`. Speed comes from batches: each stage is mapped over
+   a whole Arrow batch in one C-level loop; only a record that raises leaves that
+   loop, to be retried, tolerated, logged and written to the DLQ on its own, after
+   which the loop resumes (see :mod:`airflow_kerr.spark.stages`). Nothing is
+   computed twice and clean records pay no error-handling overhead.
+3. Before a task reports success it flushes its sink output, its DLQ records and
+   its metrics record; a record Kafka did not accept fails the task. Its counters
+   go to a Spark accumulator merged with :meth:`ErrorMetrics.merge`.
+4. Only when every task succeeded does the driver publish the run's metrics and
+   commit the planned end offsets for the group. tolerance ``none`` (or a breached
+   limit) fails a task, the driver prints the error context of the failure and
+   exits non-zero, and nothing is committed. A run killed before the commit is
+   re-read by the next run: at least once, nothing lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow_kerr.errors import (
+    DeadLetterQueueReporter,
+    ErrorHandlingConfig,
+    ErrorMetrics,
+    ErrorReporter,
+    LogReporter,
+    PipelineStage,
+    RetryWithTolerance,
+    SourceRecord,
+    Stage,
+    TaskId,
+    ToleranceExceeded,
+    ToleranceType,
+    mask_credentials,
+)
+from airflow_kerr.errors.record import TimestampType
+from airflow_kerr.spark import kafka_source
+from airflow_kerr.spark.kafka_source import OffsetRange, plan_offset_ranges, ranges_to_json, split_ranges
+from airflow_kerr.spark.sinks import KafkaSink, ProducerChannel, make_sink, sink_class_name, sink_config
+from airflow_kerr.spark.spec import InvalidPipelineSpec, PipelineSpec
+from airflow_kerr.spark.stages import BatchRunner, PipelineRecord, drop_filtered, make_converter, make_transformation
+
+LOG = logging.getLogger("airflow_kerr.spark.job")
+RESULT_PREFIX = "KERR_RESULT "
+ERROR_CONTEXT_MARKER = "first failure error context: "
+# Fault injection for the at-least-once test: exit after the outputs are flushed and before the commit.
+EXIT_BEFORE_COMMIT_ENV = "KERR_EXIT_BEFORE_COMMIT"
+SUMMARY_SCHEMA = "topic string, partition int, first_offset long, last_offset long, records_in long, records_out long"
+_SPARK_TO_TIMESTAMP_TYPE = {0: TimestampType.CREATE_TIME, 1: TimestampType.LOG_APPEND_TIME}
+
+
+class PartitionProcessor:
+    """Processes the Arrow batches of one Spark task under the ``errors.*`` policy."""
+
+    def __init__(self, spec: PipelineSpec, run_id: str, part_name: str) -> None:
+        self.spec = spec
+        self.run_id = run_id
+        self.config: ErrorHandlingConfig = spec.validate()
+        self.metrics = ErrorMetrics()
+        self.channel = ProducerChannel(spec.kafka)
+        self.key_converter = make_converter(spec.key_converter, Stage.KEY_CONVERTER)
+        self.value_converter = make_converter(spec.value_converter, Stage.VALUE_CONVERTER)
+        self.transformations = [make_transformation(path) for path in spec.transformations]
+        self.sink = make_sink(spec.sink, self.channel, part_name)
+        self.put_stage = PipelineStage(Stage.TASK_PUT, sink_class_name(spec.sink), sink_config(spec.sink))
+        stages = [
+            self.key_converter.stage,
+            self.value_converter.stage,
+            *(stage for stage, _ in self.transformations),
+            self.put_stage,
+        ]
+        reporters: list[ErrorReporter] = [
+            LogReporter(self.config, self.metrics, logger=LOG, job_config=mask_credentials(spec.kafka))
+        ]
+        if self.config.dlq_topic_name:
+            reporters.append(
+                DeadLetterQueueReporter(
+                    self.config, self.metrics, self.channel.send_dead_letter, group=spec.source.group_id
+                )
+            )
+        self.retry = RetryWithTolerance(
+            self.config, self.metrics, reporters, task=TaskId(spec.name, spec.task_id), stages=stages
+        )
+        self.runner = BatchRunner(self.retry)
+        self.started_ms = int(time.time() * 1000)
+        self.records_out = 0
+        self.first_offset: int | None = None
+        self.last_offset: int | None = None
+        self.topic = ""
+        self.partition = -1
+
+    def process(self, batch: Any) -> None:
+        """Run every stage over one Arrow batch of source records."""
+        count = batch.num_rows
+        if count == 0:
+            return
+        self.metrics.record_in(count)
+        columns = BatchColumns(batch)
+        offsets = columns.offsets
+        if self.first_offset is None:
+            self.first_offset = offsets[0]
+            self.topic, self.partition = columns.topics[0], columns.partitions[0]
+        self.last_offset = offsets[-1]
+        rows = list(range(count))
+        keys: list[Any] = columns.keys
+        values: list[Any] = columns.values
+        source = columns.source_record
+        if self.key_converter.fn is not None:
+            keys, rows = self.runner.run(self.key_converter.stage, self.key_converter.fn, keys, rows, source)
+            if len(rows) != count:
+                values = [values[row] for row in rows]
+        if self.value_converter.fn is not None:
+            kept_before = rows
+            values, rows = self.runner.run(self.value_converter.stage, self.value_converter.fn, values, rows, source)
+            if len(rows) != len(kept_before):
+                position = {row: i for i, row in enumerate(kept_before)}
+                keys = [keys[position[row]] for row in rows]
+        if not self.transformations and isinstance(self.sink, KafkaSink):
+            pairs = list(zip(keys, values, strict=True))
+            done, _ = self.runner.run(self.put_stage, self.sink.put_pair, pairs, rows, source)
+            self.records_out += len(done)
+            return
+        records = columns.pipeline_records(rows, keys, values)
+        for stage, fn in self.transformations:
+            records, rows = self.runner.run(stage, fn, records, rows, source)
+            records, rows = drop_filtered(records, rows)
+        done, _ = self.runner.run(self.put_stage, self.sink.put, records, rows, source)
+        self.records_out += len(done)
+
+    def finish(self) -> dict[str, Any]:
+        """Flush sink output, DLQ records and this task's metrics record; return the task summary."""
+        self.sink.flush()
+        self.channel.flush()
+        self.publish_metrics(state="success")
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "first_offset": self.first_offset if self.first_offset is not None else -1,
+            "last_offset": self.last_offset if self.last_offset is not None else -1,
+            "records_in": self.metrics.records_in,
+            "records_out": self.records_out,
+        }
+
+    def publish_metrics(self, state: str) -> None:
+        """Write this task's metrics record (``scope="task"``) and wait until Kafka has it."""
+        record = self.metrics.to_record(
+            pipeline=self.spec.name,
+            task=self.spec.task_id,
+            run_id=self.run_id,
+            window_start_ms=self.started_ms,
+            window_end_ms=int(time.time() * 1000),
+        )
+        record.update(scope="task", state=state, records_out=self.records_out, source=f"{self.topic}-{self.partition}")
+        self.channel.produce(self.spec.metrics_topic, key=self.spec.name.encode(), value=json.dumps(record).encode())
+        self.channel.flush()
+
+    def fail(self, error: BaseException) -> RuntimeError:
+        """Flush what was reported, publish this task's metrics as failed, and describe the failure."""
+        try:
+            self.channel.flush()
+        except Exception as flush_error:
+            LOG.error("could not flush DLQ records while failing: %s", flush_error)
+        self.channel.failures.clear()
+        try:
+            self.publish_metrics(state="failed")
+        except Exception as publish_error:
+            LOG.error("could not publish the metrics of the failed task: %s", publish_error)
+        context = getattr(error, "context", None) or self.retry.last_error
+        detail = f"\n{ERROR_CONTEXT_MARKER}{context.to_json()}" if context is not None else ""
+        return RuntimeError(f"{type(error).__name__}: {error}{detail}")
+
+
+class BatchColumns:
+    """Column access for one Arrow batch in the ``kerr_kafka`` schema; per-row objects only on demand.
+
+    Every column is converted with one vectorized call; headers are flattened and
+    sliced rather than converted struct by struct, which costs several times more.
+    """
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+        self.keys: list[Any] = batch.column("key").to_pylist()
+        self.values: list[Any] = batch.column("value").to_pylist()
+        self.offsets: list[int] = batch.column("offset").to_pylist()
+        self._topics: list[str] | None = None
+        self._partitions: list[int] | None = None
+        self._timestamps: list[int | None] | None = None
+        self._headers: list[list[tuple[str, bytes | None]]] | None = None
+
+    @property
+    def topics(self) -> list[str]:
+        if self._topics is None:
+            self._topics = self.batch.column("topic").to_pylist()
+        return self._topics
+
+    @property
+    def partitions(self) -> list[int]:
+        if self._partitions is None:
+            self._partitions = self.batch.column("partition").to_pylist()
+        return self._partitions
+
+    @property
+    def timestamps(self) -> list[int | None]:
+        if self._timestamps is None:
+            import pyarrow as pa
+
+            micros = self.batch.column("timestamp").cast(pa.int64()).to_pylist()
+            self._timestamps = [None if ts is None else ts // 1000 for ts in micros]
+        return self._timestamps
+
+    @property
+    def headers(self) -> list[list[tuple[str, bytes | None]]]:
+        if self._headers is None:
+            column = self.batch.column("headers")
+            bounds = column.offsets.to_pylist()
+            flat = column.flatten()
+            pairs = list(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
+            self._headers = [pairs[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
+        return self._headers
+
+    def source_record(self, row: int) -> SourceRecord:
+        kind = int(self.batch.column("timestamp_type")[row].as_py())
+        timestamp = self.timestamps[row]
+        return SourceRecord(
+            topic=self.topics[row],
+            partition=self.partitions[row],
+            offset=self.offsets[row],
+            timestamp=timestamp,
+            timestamp_type=TimestampType.NO_TIMESTAMP_TYPE
+            if timestamp is None
+            else _SPARK_TO_TIMESTAMP_TYPE.get(kind, TimestampType.CREATE_TIME),
+            key=self.keys[row],
+            value=self.values[row],
+            headers=list(self.headers[row]),
+        )
+
+    def pipeline_records(self, rows: list[int], keys: list[Any], values: list[Any]) -> list[PipelineRecord]:
+        """The records transformations receive, for the given rows and their converted keys and values."""
+        topics, partitions, offsets = self.topics, self.partitions, self.offsets
+        timestamps, headers = self.timestamps, self.headers
+        return [
+            PipelineRecord(key, value, topics[row], partitions[row], offsets[row], timestamps[row], headers[row])
+            for row, key, value in zip(rows, keys, values, strict=True)
+        ]
+
+
+def process_partition(spec_json: str, run_id: str, accumulator: Any) -> Any:
+    """The function given to ``mapInArrow``: process one Spark task's batches, yield its summary row."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        _configure_executor_logging()
+        spec = PipelineSpec.from_json(spec_json)
+        processor = PartitionProcessor(spec, run_id, part_name=f"part-{run_id}-{uuid.uuid4().hex[:8]}")
+        try:
+            for batch in batches:
+                processor.process(batch)
+            summary = processor.finish()
+        except Exception as error:
+            raise processor.fail(error) from error
+        finally:
+            processor.retry.close()
+        accumulator.add(processor.metrics)
+        yield pa.RecordBatch.from_pylist([summary], schema=_summary_arrow_schema())
+
+    return run
+
+
+def _summary_arrow_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("first_offset", pa.int64()),
+            ("last_offset", pa.int64()),
+            ("records_in", pa.int64()),
+            ("records_out", pa.int64()),
+        ]
+    )
+
+
+def _configure_executor_logging() -> None:
+    if not LOG.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        LOG.addHandler(handler)
+        LOG.setLevel(logging.INFO)
+        LOG.propagate = False
+
+
+def metrics_accumulator_param() -> Any:
+    """A Spark AccumulatorParam that merges :class:`ErrorMetrics` (associative, zero = no errors)."""
+    from pyspark.accumulators import AccumulatorParam
+
+    class ErrorMetricsParam(AccumulatorParam[ErrorMetrics]):
+        def zero(self, value: ErrorMetrics) -> ErrorMetrics:
+            return ErrorMetrics.zero()
+
+        def addInPlace(self, value1: ErrorMetrics, value2: ErrorMetrics) -> ErrorMetrics:
+            return value1.merge(value2)
+
+    return ErrorMetricsParam()
+
+
+def load_source(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange]) -> Any:
+    """The planned ranges as a DataFrame in the ``kerr_kafka`` schema, from either source format."""
+    pieces = split_ranges(ranges, spec.source.max_records_per_partition, spark.sparkContext.defaultParallelism)
+    if spec.source.format == "kerr_kafka":
+        reader = spark.read.format(kafka_source.FORMAT_NAME).option("offsetRanges", ranges_to_json(pieces))
+        for key, value in spec.kafka.items():
+            reader = reader.option(f"kafka.{key}", str(value))
+        return reader.load()
+    starting: dict[str, dict[str, int]] = {r.topic: {} for r in ranges}
+    ending: dict[str, dict[str, int]] = {r.topic: {} for r in ranges}
+    for r in ranges:
+        starting[r.topic][str(r.partition)] = r.start
+        ending[r.topic][str(r.partition)] = r.end
+    reader = (
+        spark.read.format("kafka")
+        .option("subscribe", ",".join(spec.source.topics))
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
+        .option("includeHeaders", "true")
+        .option("minPartitions", str(len(pieces)))
+    )
+    for key, value in spec.kafka.items():
+        reader = reader.option(f"kafka.{key}", str(value))
+    try:
+        frame = reader.load()
+    except Exception as exc:
+        if "Failed to find data source: kafka" in str(exc):
+            raise RuntimeError(
+                "source.format='kafka' needs Spark's Kafka connector on the classpath "
+                "(spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>); "
+                "use source.format='kerr_kafka' to read without it"
+            ) from exc
+        raise
+    return frame.selectExpr(
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType as timestamp_type", "headers"
+    )
+
+
+def commit_offsets(spec: PipelineSpec, ranges: Sequence[OffsetRange]) -> None:
+    """Commit the planned end offsets for the pipeline's consumer group."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**spec.kafka, "group.id": spec.source.group_id, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(r.topic, r.partition, r.end) for r in ranges], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def publish_run_metrics(spec: PipelineSpec, run_id: str, metrics: ErrorMetrics, started_ms: int, state: str) -> None:
+    channel = ProducerChannel(spec.kafka)
+    record = metrics.to_record(
+        pipeline=spec.name,
+        task=None,
+        run_id=run_id,
+        window_start_ms=started_ms,
+        window_end_ms=int(time.time() * 1000),
+    )
+    record.update(scope="run", state=state)
+    channel.produce(spec.metrics_topic, key=spec.name.encode(), value=json.dumps(record).encode())
+    channel.flush()
+
+
+def check_run_limits(config: ErrorHandlingConfig, metrics: ErrorMetrics) -> None:
+    """errors.tolerance.limit counts failed records across the whole run, not per task."""
+    if config.tolerance is ToleranceType.ALL and 0 <= config.tolerance_limit < metrics.total_records_skipped:
+        raise ToleranceExceeded(
+            f"Tolerance exceeded in error handler: {metrics.total_records_skipped} records failed in this run, "
+            f"more than errors.tolerance.limit={config.tolerance_limit}",
+            limit="errors.tolerance.limit",
+        )
+
+
+class DeadLetterTopicUnavailable(RuntimeError):
+    """The DLQ topic does not exist and may not be created, or creating it failed."""
+
+
+def ensure_dead_letter_topic(spec: PipelineSpec, config: ErrorHandlingConfig, timeout_s: float = 30.0) -> None:
+    """Create the DLQ topic as Connect does (partitions and replication factor from ``errors.*``), or insist it exists.
+
+    Checked before any record is read, so a DLQ that cannot be written stops the run
+    before it starts rather than after the first bad record.
+    """
+    name = config.dlq_topic_name
+    if not name:
+        return
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(spec.kafka)
+    existing = admin.list_topics(timeout=timeout_s).topics
+    if name in existing and existing[name].error is None:
+        return
+    if not config.dlq_auto_create_topics_enable:
+        raise DeadLetterTopicUnavailable(
+            f"errors.deadletterqueue.topic.name={name!r} does not exist and "
+            "errors.deadletterqueue.auto.create.topics.enable=false: create the topic first"
+        )
+    topic = NewTopic(name, config.dlq_topic_partitions, config.dlq_topic_replication_factor)
+    try:
+        admin.create_topics([topic])[name].result(timeout_s)
+    except Exception as exc:
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return
+        raise DeadLetterTopicUnavailable(
+            f"could not create the DLQ topic {name!r} with {config.dlq_topic_partitions} partitions and "
+            f"replication factor {config.dlq_topic_replication_factor} "
+            "(errors.deadletterqueue.topic.partitions / .replication.factor): "
+            f"{exc}"
+        ) from exc
+    LOG.info(
+        "created DLQ topic %s (%d partitions, replication factor %d)",
+        name,
+        config.dlq_topic_partitions,
+        config.dlq_topic_replication_factor,
+    )
+
+
+def run_job(spark: Any, spec: PipelineSpec, run_id: str) -> dict[str, Any]:
+    """Plan, process and commit one bounded batch; return the run summary. Raises when the run failed."""
+    config = spec.validate()
+    started_ms = int(time.time() * 1000)
+    ensure_dead_letter_topic(spec, config)
+    kafka_source.register(spark)
+    ranges = plan_offset_ranges(
+        spec.kafka,
+        spec.source.topics,
+        starting_offsets=spec.source.starting_offsets,
+        group_id=spec.source.group_id,
+        starting_timestamp_ms=spec.source.starting_timestamp_ms,
+    )
+    planned = sum(r.count for r in ranges)
+    LOG.info("planned %d records in %d partitions for run %s", planned, len(ranges), run_id)
+    accumulator = spark.sparkContext.accumulator(ErrorMetrics.zero(), metrics_accumulator_param())
+    summaries: list[Any] = []
+    if planned:
+        frame = load_source(spark, spec, ranges)
+        summaries = frame.mapInArrow(process_partition(spec.to_json(), run_id, accumulator), SUMMARY_SCHEMA).collect()
+    metrics: ErrorMetrics = accumulator.value
+    check_run_limits(config, metrics)
+    publish_run_metrics(spec, run_id, metrics, started_ms, "success")
+    if os.environ.get(EXIT_BEFORE_COMMIT_ENV):
+        LOG.error("%s is set: exiting after the outputs were flushed, before the offset commit", EXIT_BEFORE_COMMIT_ENV)
+        os._exit(3)
+    commit_offsets(spec, ranges)
+    records_out = sum(int(row["records_out"]) for row in summaries)
+    return {
+        "pipeline": spec.name,
+        "run_id": run_id,
+        "planned": planned,
+        "records_out": records_out,
+        "committed": {f"{r.topic}-{r.partition}": r.end for r in ranges},
+        "metrics": metrics.as_connect_metrics() | {"records_in": metrics.records_in},
+    }
+
+
+def load_spec(args: argparse.Namespace) -> PipelineSpec:
+    if args.spec_file:
+        return PipelineSpec.from_json(Path(args.spec_file).read_text())
+    return PipelineSpec.from_base64(args.spec_b64)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run an error-aware pipeline over one bounded batch.")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--spec-file", help="path of the pipeline spec JSON")
+    source.add_argument("--spec-b64", help="the pipeline spec JSON, URL-safe base64 encoded")
+    parser.add_argument("--run-id", default=None, help="identifies this run in metrics records")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        spec = load_spec(args)
+    except (InvalidPipelineSpec, ValueError, OSError) as exc:
+        print(f"kerr job: {exc}", file=sys.stderr)
+        return 2
+    run_id = args.run_id or uuid.uuid4().hex
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(f"kerr-{spec.name}").getOrCreate()
+    try:
+        summary = run_job(spark, spec, run_id)
+    except Exception as exc:
+        text = str(exc)
+        context = text[text.index(ERROR_CONTEXT_MARKER) :].splitlines()[0] if ERROR_CONTEXT_MARKER in text else ""
+        headline = next((line for line in text.splitlines() if "Tolerance exceeded" in line or "Error" in line), "")
+        LOG.error("run %s of pipeline %s failed, no offsets committed: %s", run_id, spec.name, headline or text[:500])
+        if context:
+            LOG.error(context)
+        return 1
+    finally:
+        spark.stop()
+    print(RESULT_PREFIX + json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

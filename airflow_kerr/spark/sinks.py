@@ -1,0 +1,200 @@
+"""Sinks (the TASK_PUT stage) and the Kafka producer that carries sink output, DLQ records and metrics.
+
+Every write is asynchronous until :meth:`ProducerChannel.flush` or a sink's
+``flush``; a partition task flushes all of them before it reports success, and a
+delivery that failed raises there, so the task fails and no offset is committed
+past a record that was not written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from airflow_kerr.errors import DeadLetterQueueRecord
+from airflow_kerr.spark.spec import SinkSpec, import_callable
+from airflow_kerr.spark.stages import PipelineRecord
+
+
+class DeliveryFailed(KafkaException):
+    """Kafka did not accept records this task produced; the task must fail rather than lose them."""
+
+
+def encode_value(value: Any) -> bytes | None:
+    """Bytes as they are, text as UTF-8, anything else as JSON."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def encode_key(key: Any) -> bytes | None:
+    return encode_value(key)
+
+
+class ProducerChannel:
+    """One idempotent producer per partition task; delivery errors are kept and raised at flush."""
+
+    def __init__(self, kafka_config: Mapping[str, Any], flush_timeout_s: float = 60.0) -> None:
+        self.failures: list[tuple[str, KafkaError]] = []
+        self.flush_timeout_s = flush_timeout_s
+        self.producer = Producer(
+            {
+                **kafka_config,
+                "enable.idempotence": True,
+                "linger.ms": kafka_config.get("linger.ms", 20),
+                "delivery.report.only.error": True,
+                "on_delivery": self._delivered,
+            }
+        )
+
+    def _delivered(self, error: KafkaError | None, message: Any) -> None:
+        if error is not None:
+            self.failures.append((message.topic(), error))
+
+    def produce(self, topic: str, **kwargs: Any) -> None:
+        """Queue one record, waiting for room when the local queue is full."""
+        while True:
+            try:
+                self.producer.produce(topic, **kwargs)
+                return
+            except BufferError:
+                self.producer.poll(0.1)
+
+    def send_dead_letter(self, record: DeadLetterQueueRecord) -> None:
+        self.produce(**record.produce_kwargs())
+
+    def flush(self) -> None:
+        """Wait for every queued record; raise DeliveryFailed naming the topics that refused records."""
+        remaining = self.producer.flush(self.flush_timeout_s)
+        if remaining:
+            raise DeliveryFailed(
+                KafkaError(KafkaError._TIMED_OUT, f"{remaining} records not delivered within {self.flush_timeout_s} s")
+            )
+        if self.failures:
+            topic, error = self.failures[0]
+            raise DeliveryFailed(
+                KafkaError(error.code(), f"{len(self.failures)} records not delivered, first to {topic}: {error.str()}")
+            )
+
+
+class KafkaSink:
+    """Writes each good record to a Kafka topic with its (re-encoded) key and value."""
+
+    def __init__(self, channel: ProducerChannel, topic: str) -> None:
+        self.channel = channel
+        self.topic = topic
+
+    def put(self, record: PipelineRecord) -> None:
+        self.channel.produce(self.topic, key=encode_key(record.key), value=encode_value(record.value))
+
+    def put_pair(self, pair: tuple[Any, Any]) -> None:
+        """Write one converted (key, value) pair: the fast path when there are no transformations."""
+        self.channel.produce(self.topic, key=encode_key(pair[0]), value=encode_value(pair[1]))
+
+    def flush(self) -> None:
+        self.channel.flush()
+
+
+class FileSink:
+    """Collects a partition task's good records and writes them as one file when the task flushes.
+
+    The file name is derived from the offset range and the run, and the file is
+    written under a temporary name and renamed, so a retried task replaces its own
+    file instead of adding a second copy.
+    """
+
+    def __init__(self, path: str, kind: str, part_name: str) -> None:
+        self.directory = Path(path)
+        self.kind = kind
+        self.part_name = part_name
+        self.rows: list[dict[str, Any]] = []
+
+    def put(self, record: PipelineRecord) -> None:
+        self.rows.append(
+            {
+                "key": _text(record.key),
+                "value": record.value if not isinstance(record.value, bytes) else _text(record.value),
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+                "timestamp": record.timestamp,
+            }
+        )
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        suffix = ".jsonl" if self.kind == "jsonl" else ".parquet"
+        final = self.directory / f"{self.part_name}{suffix}"
+        temporary = self.directory / f".{self.part_name}.{uuid.uuid4().hex}.tmp"
+        if self.kind == "jsonl":
+            with open(temporary, "w", encoding="utf-8") as out:
+                out.writelines(json.dumps(row, separators=(",", ":")) + "\n" for row in self.rows)
+                out.flush()
+                os.fsync(out.fileno())
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.Table.from_pylist(self.rows), temporary)
+        os.replace(temporary, final)
+        self.rows = []
+
+
+class CallableSink:
+    """Hands each good record to a user function (``package.module.function(record)``)."""
+
+    def __init__(self, path: str) -> None:
+        self.fn = import_callable(path)
+        self.flush_fn = getattr(self.fn, "flush", None)
+
+    def put(self, record: PipelineRecord) -> None:
+        self.fn(record)
+
+    def flush(self) -> None:
+        if callable(self.flush_fn):
+            self.flush_fn()
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value
+
+
+Sink = KafkaSink | FileSink | CallableSink
+
+
+def make_sink(spec: SinkSpec, channel: ProducerChannel, part_name: str) -> Sink:
+    if spec.kind == "kafka":
+        assert spec.topic is not None
+        return KafkaSink(channel, spec.topic)
+    if spec.kind in ("parquet", "jsonl"):
+        assert spec.path is not None
+        return FileSink(spec.path, spec.kind, part_name)
+    assert spec.callable is not None
+    return CallableSink(spec.callable)
+
+
+def sink_class_name(spec: SinkSpec) -> str:
+    """The class named in error contexts for the TASK_PUT stage."""
+    if spec.kind == "callable" and spec.callable:
+        return spec.callable
+    return {
+        "kafka": f"{__name__}.KafkaSink",
+        "parquet": f"{__name__}.FileSink",
+        "jsonl": f"{__name__}.FileSink",
+    }[spec.kind]
+
+
+def sink_config(spec: SinkSpec) -> dict[str, Any]:
+    return {key: value for key, value in (("topic", spec.topic), ("path", spec.path)) if value}

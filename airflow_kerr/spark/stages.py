@@ -1,0 +1,122 @@
+"""Pipeline stages and the batch runner that applies ``errors.*`` record by record at batch speed.
+
+How a batch goes through a stage: the stage's function is mapped over the whole
+batch by ``list.extend(map(fn, items))``, a loop that runs in C and keeps the
+results produced before an exception. When record *i* raises, the results for
+``0..i-1`` are kept, record *i* alone goes to :class:`RetryWithTolerance` (which
+continues from the failure already seen: the first attempt is not run twice),
+and the loop resumes at *i+1*. So a clean batch pays one C loop per stage and no
+per-record error handling, a bad record costs its own retries and report, and no
+work is done twice. Converters that need no per-record work (``bytes``) run once
+per batch. The :class:`SourceRecord` that error contexts and DLQ records need is
+built only for a record that failed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_kerr.errors import SKIPPED, PipelineStage, RetryWithTolerance, SourceRecord, Stage
+from airflow_kerr.errors.record import Header
+from airflow_kerr.spark.spec import import_callable
+
+BUILTIN_CLASS = "airflow_kerr.spark.stages"
+
+
+@dataclass(slots=True)
+class PipelineRecord:
+    """What a transformation receives and returns: the converted key and value plus the source coordinates.
+
+    A transformation returns the record (changed or not), a new one, or ``None`` to
+    drop it on purpose (a filter, not an error).
+    """
+
+    key: Any
+    value: Any
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None
+    headers: list[Header] = field(default_factory=list)
+
+
+def decode_string(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8")
+
+
+def decode_json(raw: bytes | None) -> Any:
+    return None if raw is None else json.loads(raw)
+
+
+@dataclass(frozen=True)
+class Converter:
+    """A key or value converter: a per-record function, or None when the raw bytes pass through."""
+
+    stage: PipelineStage
+    fn: Callable[[bytes | None], Any] | None
+
+
+def make_converter(spec: str, stage: Stage) -> Converter:
+    """The converter named ``bytes``, ``string``, ``json``, or a dotted-path callable."""
+    if spec == "bytes":
+        return Converter(PipelineStage(stage, f"{BUILTIN_CLASS}.ByteArrayConverter"), None)
+    if spec == "string":
+        return Converter(PipelineStage(stage, f"{BUILTIN_CLASS}.StringConverter"), decode_string)
+    if spec == "json":
+        return Converter(PipelineStage(stage, f"{BUILTIN_CLASS}.JsonConverter"), decode_json)
+    return Converter(PipelineStage(stage, spec), import_callable(spec))
+
+
+def make_transformation(path: str) -> tuple[PipelineStage, Callable[[PipelineRecord], PipelineRecord | None]]:
+    return PipelineStage(Stage.TRANSFORMATION, path), import_callable(path)
+
+
+class BatchRunner:
+    """Runs one stage over a batch under the retry/tolerance policy, isolating the records that fail.
+
+    ``source_record(i)`` builds the :class:`SourceRecord` of row ``i`` of the current
+    batch; it is called only for a failed record.
+    """
+
+    def __init__(self, retry: RetryWithTolerance) -> None:
+        self.retry = retry
+
+    def run(
+        self,
+        stage: PipelineStage,
+        fn: Callable[[Any], Any],
+        items: Sequence[Any],
+        rows: Sequence[int],
+        source_record: Callable[[int], SourceRecord],
+    ) -> tuple[list[Any], list[int]]:
+        """Return the stage's results and the row numbers they belong to; tolerated failures are left out."""
+        results: list[Any] = []
+        failures = 0
+        start = 0
+        total = len(items)
+        while start < total:
+            try:
+                results.extend(map(fn, items[start:] if start else items))
+                break
+            except Exception as error:
+                failed = len(results)
+                results.append(
+                    self.retry.execute_after_failure(stage, fn, source_record(rows[failed]), error, items[failed])
+                )
+                failures += 1
+                start = failed + 1
+        if failures == 0:
+            return results, list(rows)
+        kept = [i for i, value in enumerate(results) if value is not SKIPPED]
+        return [results[i] for i in kept], [rows[i] for i in kept]
+
+
+def drop_filtered(records: list[Any], rows: list[int]) -> tuple[list[Any], list[int]]:
+    """Remove the records a transformation dropped on purpose (returned None)."""
+    if None not in records:
+        return records, rows
+    kept = [i for i, record in enumerate(records) if record is not None]
+    return [records[i] for i in kept], [rows[i] for i in kept]

@@ -1,0 +1,290 @@
+"""The error-aware job against the real broker and real local Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from airflow_kerr.errors import parse_dead_letter
+from airflow_kerr.examples.orders import GeneratedOrders, generate_orders
+from airflow_kerr.kafka.metrics_topic import read_metrics_records
+from airflow_kerr.kafka.offsets import end_offsets, offset_consumer, topic_partitions, watermarks
+from airflow_kerr.spark import job
+from airflow_kerr.spark.job import EXIT_BEFORE_COMMIT_ENV, run_job
+from airflow_kerr.spark.spec import PipelineSpec
+
+pytestmark = pytest.mark.spark
+
+ORDER_STAGES = ["airflow_kerr.examples.orders.validate_order", "airflow_kerr.examples.orders.enrich_order"]
+
+
+def read_all(kafka_config: dict[str, Any], topic: str) -> list[Any]:
+    """Every record of every partition of ``topic``, read up to its end offset."""
+    consumer = offset_consumer(kafka_config)
+    try:
+        marks = watermarks(consumer, topic_partitions(consumer, topic))
+        consumer.assign([TopicPartition(t, p, low) for (t, p), (low, high) in marks.items() if high > low])
+        remaining = sum(high - low for low, high in marks.values())
+        out = []
+        while remaining > 0:
+            message = consumer.poll(15)
+            assert message is not None, f"{topic}: {remaining} records never arrived"
+            if message.error() is None:
+                out.append(message)
+                remaining -= 1
+        return out
+    finally:
+        consumer.close()
+
+
+def committed(kafka_config: dict[str, Any], group: str, topic: str, partitions: int) -> list[int]:
+    consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+    finally:
+        consumer.close()
+    return [int(tp.offset) for tp in found]
+
+
+@pytest.fixture
+def orders(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> tuple[str, GeneratedOrders]:
+    topic = create_topic(unique_topic, partitions=2)
+    for suffix in (".clean", ".dlq", ".metrics"):
+        create_topic(topic + suffix)
+    return topic, generate_orders(kafka_config, topic, 600, malformed_every=50, invalid_every=70, flaky_every=90)
+
+
+def make_spec(kafka_config: dict[str, Any], topic: str, **errors: Any) -> PipelineSpec:
+    return PipelineSpec.from_dict(
+        {
+            "name": "orders_pipeline",
+            "source": {"topics": [topic], "group_id": f"{topic}-group"},
+            "key_converter": "string",
+            "value_converter": "json",
+            "transformations": ORDER_STAGES,
+            "sink": {"kind": "kafka", "topic": f"{topic}.clean"},
+            "kafka": kafka_config,
+            "metrics_topic": f"{topic}.metrics",
+            "batch_size": 128,
+            "errors": {
+                "errors.deadletterqueue.topic.name": f"{topic}.dlq",
+                "errors.deadletterqueue.context.headers.enable": "true",
+                "errors.retry.timeout": "10000",
+                "errors.retry.delay.max.ms": "500",
+                **{key.replace("_", "."): value for key, value in errors.items()},
+            },
+        }
+    )
+
+
+def test_tolerance_all_routes_exactly_the_bad_records_to_the_dlq(
+    spark: Any, kafka_config: dict[str, Any], orders: tuple[str, GeneratedOrders]
+) -> None:
+    topic, generated = orders
+    spec = make_spec(kafka_config, topic, errors_tolerance="all")
+
+    summary = run_job(spark, spec, run_id="run-all")
+
+    source = {(m.partition(), m.offset()): m for m in read_all(kafka_config, topic)}
+    dead = read_all(kafka_config, f"{topic}.dlq")
+    clean = read_all(kafka_config, f"{topic}.clean")
+    assert len(dead) == generated.bad
+    assert len(clean) == generated.good
+    kinds = {}
+    for message in dead:
+        letter = parse_dead_letter(message.headers(), message.key(), message.value())
+        original = source[(letter.source_partition, letter.source_offset)]
+        assert letter.source_topic == topic
+        assert message.key() == original.key() and message.value() == original.value()
+        assert message.timestamp() == original.timestamp()
+        assert ("kind", dict(original.headers())["kind"]) in message.headers()
+        kinds[dict(original.headers())["kind"]] = str(letter.stage)
+        names = [name for name, _ in message.headers()]
+        assert "__connect.errors.exception.stacktrace" in names and "__connect.errors.task.id" in names
+    assert kinds == {b"malformed": "VALUE_CONVERTER", b"invalid": "TRANSFORMATION"}
+    clean_ids = {json.loads(m.value())["id"] for m in clean}
+    assert all("amount_cents" in json.loads(m.value()) for m in clean)
+    assert len(clean_ids) == generated.good
+
+    metrics = summary["metrics"]
+    assert metrics["records_in"] == generated.total
+    assert metrics["total-record-errors"] == generated.bad
+    assert metrics["total-records-skipped"] == generated.bad
+    assert metrics["deadletterqueue-produce-requests"] == generated.bad
+    assert metrics["deadletterqueue-produce-failures"] == 0
+    assert metrics["total-retries"] == generated.flaky
+    assert metrics["total-record-failures"] == generated.bad + generated.flaky
+    assert committed(kafka_config, f"{topic}-group", topic, 2) == [
+        end_offsets(kafka_config, [(topic, p)])[(topic, p)] for p in range(2)
+    ]
+    published = read_metrics_records(kafka_config, f"{topic}.metrics", 0)
+    run_records = [r for r in published if r["scope"] == "run"]
+    task_records = [r for r in published if r["scope"] == "task"]
+    assert len(run_records) == 1 and run_records[0]["run_id"] == "run-all"
+    assert run_records[0]["total-records-skipped"] == generated.bad
+    assert sum(r["records_in"] for r in task_records) == generated.total
+    assert sum(r["total-records-skipped"] for r in task_records) == generated.bad
+
+
+def test_a_second_run_reads_only_what_arrived_since_the_commit(
+    spark: Any, kafka_config: dict[str, Any], orders: tuple[str, GeneratedOrders]
+) -> None:
+    topic, generated = orders
+    spec = make_spec(kafka_config, topic, errors_tolerance="all")
+    run_job(spark, spec, run_id="first")
+    more = generate_orders(kafka_config, topic, 100, malformed_every=0, invalid_every=0, flaky_every=0)
+
+    summary = run_job(spark, spec, run_id="second")
+
+    assert summary["planned"] == more.total
+    assert len(read_all(kafka_config, f"{topic}.clean")) == generated.good + more.good
+
+
+def test_tolerance_none_fails_and_commits_nothing(
+    spark: Any, kafka_config: dict[str, Any], orders: tuple[str, GeneratedOrders]
+) -> None:
+    topic, _ = orders
+    spec = make_spec(kafka_config, topic, errors_tolerance="none")
+
+    with pytest.raises(Exception, match="Tolerance exceeded in error handler") as failure:
+        run_job(spark, spec, run_id="run-none")
+
+    assert job.ERROR_CONTEXT_MARKER in str(failure.value)
+    assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001]
+
+
+def test_count_limit_trips(spark: Any, kafka_config: dict[str, Any], orders: tuple[str, GeneratedOrders]) -> None:
+    topic, generated = orders
+    assert generated.bad > 3
+    spec = make_spec(kafka_config, topic, errors_tolerance="all", errors_tolerance_limit="3")
+
+    with pytest.raises(Exception, match=r"errors\.tolerance\.limit=3"):
+        run_job(spark, spec, run_id="run-limit")
+
+    assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001]
+
+
+def test_rate_limit_trips(spark: Any, kafka_config: dict[str, Any], orders: tuple[str, GeneratedOrders]) -> None:
+    topic, _ = orders
+    spec = make_spec(
+        kafka_config,
+        topic,
+        errors_tolerance="all",
+        errors_tolerance_rate_limit="2",
+        errors_tolerance_rate_duration="hour",
+    )
+
+    with pytest.raises(Exception, match=r"errors\.tolerance\.rate\.limit=2"):
+        run_job(spark, spec, run_id="run-rate")
+
+    assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001]
+
+
+def test_a_run_killed_before_the_commit_loses_nothing(
+    kafka_config: dict[str, Any], orders: tuple[str, GeneratedOrders], tmp_path: Path, java_home: str
+) -> None:
+    """spark-submit exits between the flushed outputs and the offset commit; the next run re-reads everything."""
+    topic, generated = orders
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(make_spec(kafka_config, topic, errors_tolerance="all").to_json())
+    submit = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        job.__file__,
+        "--spec-file",
+        str(spec_file),
+    ]
+
+    killed = subprocess.run(
+        submit, env={**os.environ, EXIT_BEFORE_COMMIT_ENV: "1"}, capture_output=True, text=True, timeout=300
+    )
+    assert killed.returncode == 3, killed.stderr[-3000:]
+    assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001]
+    assert len(read_all(kafka_config, f"{topic}.clean")) == generated.good
+
+    rerun = subprocess.run(submit, env=os.environ.copy(), capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+
+    clean_ids = [json.loads(m.value())["id"] for m in read_all(kafka_config, f"{topic}.clean")]
+    assert len(set(clean_ids)) == generated.good
+    assert len(clean_ids) == 2 * generated.good
+    result = json.loads(next(line for line in rerun.stdout.splitlines() if line.startswith(job.RESULT_PREFIX))[11:])
+    assert result["planned"] == generated.total
+    assert committed(kafka_config, f"{topic}-group", topic, 2) == [
+        end_offsets(kafka_config, [(topic, p)])[(topic, p)] for p in range(2)
+    ]
+
+
+def test_the_dlq_topic_is_created_with_the_configured_partitions(
+    spark: Any, kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    topic = create_topic(unique_topic, partitions=1)
+    create_topic(f"{topic}.clean")
+    generate_orders(kafka_config, topic, 60, malformed_every=20, invalid_every=0, flaky_every=0)
+    spec = make_spec(kafka_config, topic, errors_tolerance="all")
+    spec.errors["errors.deadletterqueue.topic.name"] = f"{topic}.new-dlq"
+    spec.errors["errors.deadletterqueue.topic.partitions"] = "3"
+
+    run_job(spark, spec, run_id="create-dlq")
+
+    consumer = offset_consumer(kafka_config)
+    try:
+        assert len(topic_partitions(consumer, f"{topic}.new-dlq")) == 3
+    finally:
+        consumer.close()
+    assert len(read_all(kafka_config, f"{topic}.new-dlq")) == 3
+
+
+def test_a_missing_dlq_topic_that_may_not_be_created_stops_the_run_before_reading(
+    spark: Any, kafka_config: dict[str, Any], orders: tuple[str, GeneratedOrders]
+) -> None:
+    topic, _ = orders
+    spec = make_spec(kafka_config, topic, errors_tolerance="all")
+    spec.errors["errors.deadletterqueue.topic.name"] = f"{topic}.absent"
+    spec.errors["errors.deadletterqueue.auto.create.topics.enable"] = "false"
+
+    with pytest.raises(job.DeadLetterTopicUnavailable, match=r"auto\.create\.topics\.enable=false"):
+        run_job(spark, spec, run_id="no-dlq")
+
+    assert read_all(kafka_config, f"{topic}.clean") == []
+
+
+def test_a_failed_dlq_write_fails_the_run_and_is_counted(
+    spark: Any, kafka_config: dict[str, Any], orders: tuple[str, GeneratedOrders]
+) -> None:
+    """The producer's message.max.bytes admits the ~100-byte sink records but not a DLQ record with its
+    stacktrace header, so the client refuses the DLQ write for real."""
+    topic, _ = orders
+    spec = make_spec(kafka_config, topic, errors_tolerance="all")
+    spec.kafka["message.max.bytes"] = 1000
+
+    with pytest.raises(Exception, match="Could not produce message to dead letter queue"):
+        run_job(spark, spec, run_id="dlq-fails")
+
+    assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001]
+    failed = [r for r in read_metrics_records(kafka_config, f"{topic}.metrics", 0) if r.get("state") == "failed"]
+    assert failed and all(r["deadletterqueue-produce-failures"] >= 1 for r in failed)
+
+
+def test_spark_kafka_format_without_its_jar_says_what_to_add(
+    spark: Any, kafka_config: dict[str, Any], orders: tuple[str, GeneratedOrders]
+) -> None:
+    topic, _ = orders
+    spec = make_spec(kafka_config, topic, errors_tolerance="all")
+    spec.source.format = "kafka"
+
+    with pytest.raises(RuntimeError, match="spark-sql-kafka-0-10"):
+        run_job(spark, spec, run_id="kafka-format")
