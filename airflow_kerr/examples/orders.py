@@ -93,7 +93,7 @@ def generate_orders(
                 break
         if kind != "good":
             kinds[kind] += 1
-        headers = [("source", b"orders-generator"), ("kind", kind.encode())]
+        headers: list[tuple[str, str | bytes | None]] = [("source", b"orders-generator"), ("kind", kind.encode())]
         producer.produce(topic, key=f"o-{index}".encode(), value=order_value(index, kind, rng), headers=headers)
         if index % 10_000 == 0:
             producer.poll(0)

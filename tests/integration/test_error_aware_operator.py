@@ -66,7 +66,7 @@ def test_templated_pipelines_are_validated_when_rendered() -> None:
         task_id="templated", pipeline={**PIPELINE, "name": "{{ params.name }}"}, errors={"errors.tolerance": "ALL"}
     )
     operator.pipeline["name"] = "rendered"
-    with pytest.raises(InvalidPipelineSpec, match="errors.tolerance"):
+    with pytest.raises(InvalidPipelineSpec, match=r"errors\.tolerance"):
         operator.spec(kafka_config={"bootstrap.servers": "x:9092"})
 
 
