@@ -21,10 +21,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="kerr-airflow-home-"))
+# dag.test() runs only DAGs of the configured bundle, so DAGs that tests write live beside
+# links to the repo's example DAGs in one session folder.
+_DAGS_FOLDER = _AIRFLOW_HOME / "dags"
+_DAGS_FOLDER.mkdir()
+for _example in (REPO / "dags").glob("*.py"):
+    (_DAGS_FOLDER / _example.name).symlink_to(_example)
 
 os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(_DAGS_FOLDER)
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}"
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "INFO"
@@ -126,7 +132,7 @@ def spark(java_home: str) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def airflow_home() -> Path:
-    """An isolated AIRFLOW_HOME with a migrated SQLite metadata DB, examples off, DAGs from the repo's dags/."""
+    """An isolated AIRFLOW_HOME with a migrated SQLite metadata DB, examples off, the repo's DAGs in its folder."""
     result = subprocess.run(
         [sys.executable, "-m", "airflow", "db", "migrate"],
         capture_output=True,
@@ -151,19 +157,35 @@ def run_dag(airflow_home: Path) -> Callable[..., dict[str, str | None]]:
     return run
 
 
+def _parse_dag(dag_id: str) -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(_DAGS_FOLDER))
+    if bag.import_errors:
+        pytest.fail(f"DAG import errors: {bag.import_errors}")
+    dag = bag.get_dag(dag_id)
+    if dag is None:
+        pytest.fail(f"no DAG {dag_id!r} in {_DAGS_FOLDER}; found {sorted(bag.dag_ids)}")
+    return dag
+
+
 @pytest.fixture
 def load_dag(airflow_home: Path) -> Callable[[str], Any]:
-    """Import a DAG from the repo's dags/ folder the way Airflow parses it, failing on import errors."""
+    """Parse the DAGs folder the way Airflow does and return one DAG, failing on any import error."""
+    return _parse_dag
 
-    def load(dag_id: str) -> Any:
-        from airflow.dag_processing.dagbag import DagBag
 
-        bag = DagBag(dag_folder=str(REPO / "dags"))
-        if bag.import_errors:
-            pytest.fail(f"DAG import errors: {bag.import_errors}")
-        dag = bag.get_dag(dag_id)
-        if dag is None:
-            pytest.fail(f"no DAG {dag_id!r} in {REPO / 'dags'}; found {sorted(bag.dag_ids)}")
-        return dag
+@pytest.fixture
+def write_dag(airflow_home: Path) -> Iterator[Callable[[str, str], Any]]:
+    """Write a DAG file into the session's DAGs folder (so dag.test() can run it) and return the parsed DAG."""
+    written: list[Path] = []
 
-    return load
+    def write(dag_id: str, source: str) -> Any:
+        path = _DAGS_FOLDER / f"{dag_id}.py"
+        path.write_text(source)
+        written.append(path)
+        return _parse_dag(dag_id)
+
+    yield write
+    for path in written:
+        path.unlink(missing_ok=True)
