@@ -6,6 +6,41 @@ from typing import Any
 
 from airflow_kerr import __version__
 
+INTEGRATION = "Kerr"
+
+#: How the ``kafka_connect`` connection form looks; the hook's classmethods return the same data.
+KAFKA_CONNECT_UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden-fields": [],
+    "relabeling": {"host": "Host or URL", "schema": "Protocol", "login": "Username"},
+    "placeholders": {
+        "host": "connect.example.com (or https://gateway.example.com/connect)",
+        "port": "8083",
+        "schema": "http or https",
+        "login": "basic-auth user (optional)",
+        "password": "basic-auth password (optional)",
+        "extra": '{"verify": "/etc/ssl/certs/connect-ca.pem", "timeout": 100, "headers": {"X-Team": "data"}}',
+    },
+}
+
+#: Extra fields of the ``kafka_connect`` connection, declared as Airflow 3.2+ reads them.
+KAFKA_CONNECT_CONN_FIELDS: dict[str, Any] = {
+    "verify": {
+        "label": "Verify TLS",
+        "description": "true, false, or the path of a CA bundle on the workers and the triggerer",
+        "schema": {"type": ["string", "null"], "default": "true"},
+    },
+    "timeout": {
+        "label": "Request timeout (seconds)",
+        "description": "Longer than Connect's own 90 s, so the worker's 'Request timed out' answer arrives",
+        "schema": {"type": ["number", "null"], "default": 100},
+    },
+    "headers": {
+        "label": "Extra headers",
+        "description": "JSON object of headers sent with every request, e.g. a gateway's tenant header",
+        "schema": {"type": ["object", "null"]},
+    },
+}
+
 
 def get_provider_info() -> dict[str, Any]:
     """Describe the provider: package, versions and the modules Airflow should list."""
@@ -17,9 +52,55 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [__version__],
         "integrations": [
             {
-                "integration-name": "Kerr",
+                "integration-name": INTEGRATION,
                 "external-doc-url": "https://kafka.apache.org/documentation/#connect",
                 "tags": ["apache"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_kerr.hooks.kafka_connect", "airflow_kerr.hooks.kafka"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "airflow_kerr.operators.connector_control",
+                    "airflow_kerr.operators.error_aware_spark",
+                    "airflow_kerr.operators.tolerance_guard",
+                ],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "airflow_kerr.sensors.connector_state",
+                    "airflow_kerr.sensors.dead_letter_queue",
+                    "airflow_kerr.sensors.tolerance",
+                ],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "airflow_kerr.triggers.connector_state",
+                    "airflow_kerr.triggers.dead_letter_queue",
+                    "airflow_kerr.triggers.tolerance",
+                ],
+            }
+        ],
+        "notifications": ["airflow_kerr.notifiers.tolerance_breach.ToleranceBreachNotifier"],
+        "connection-types": [
+            {
+                "hook-class-name": "airflow_kerr.hooks.kafka_connect.KafkaConnectHook",
+                "hook-name": "Kafka Connect",
+                "connection-type": "kafka_connect",
+                "ui-field-behaviour": KAFKA_CONNECT_UI_FIELD_BEHAVIOUR,
+                "conn-fields": KAFKA_CONNECT_CONN_FIELDS,
             }
         ],
     }

@@ -12,12 +12,14 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
-from airflow_kerr.local.broker import BrokerUnavailable, LocalBroker, wait_for_metadata
+from airflow_kerr.local.broker import BrokerUnavailable, LocalBroker, free_port, wait_for_metadata
 
 STATE_FILE = "local.json"
 
@@ -93,7 +95,57 @@ def up(args: argparse.Namespace) -> int:
         }
         write_state(state)
         print(f"broker started at {broker.bootstrap_servers} (pid {broker.pid}, log {directory / 'broker.log'})")
+    if _running(state, "connect"):
+        print(f"Kafka Connect stand-in already running at {state['connect']['url']} (pid {state['connect']['pid']})")
+    else:
+        state["connect"] = start_connect_standin(state["broker"]["bootstrap_servers"], directory)
+        write_state(state)
+        print(
+            f"Kafka Connect stand-in (development and tests only) started at {state['connect']['url']} "
+            f"(pid {state['connect']['pid']})"
+        )
+    kafka = json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": state["broker"]["bootstrap_servers"]}})
+    print("\nconnections for Airflow:")
+    print(f"  AIRFLOW_CONN_KAFKA_DEFAULT='{kafka}'")
+    print(f"  AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT='kafka-connect://127.0.0.1:{state['connect']['port']}'")
     return 0
+
+
+def start_connect_standin(bootstrap_servers: str, directory: Path, timeout_s: float = 30.0) -> dict[str, Any]:
+    """Start the Kafka Connect stand-in detached and wait until ``GET /`` answers."""
+    port = free_port()
+    log_path = directory / "connect.log"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "airflow_kerr.local.connect",
+                "--bootstrap-servers",
+                bootstrap_servers,
+                "--port",
+                str(port),
+                "--data-dir",
+                str(directory / "connect"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/", timeout=2) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                terminate(process.pid)
+                raise BrokerUnavailable(f"the Kafka Connect stand-in did not start; see {log_path}") from None
+            time.sleep(0.2)
+    return {"pid": process.pid, "marker": f"--port {port}", "url": url, "port": port, "log": str(log_path)}
 
 
 def down(_: argparse.Namespace) -> int:
@@ -102,9 +154,9 @@ def down(_: argparse.Namespace) -> int:
     if not state:
         print("nothing to stop: no local stack recorded in", state_dir() / STATE_FILE)
         return 0
-    for name, entry in state.items():
+    for name, entry in reversed(list(state.items())):
         if _running(state, name):
-            terminate(int(entry["pid"]))
+            terminate(int(entry["pid"]), timeout_s=15.0)
             print(f"stopped {name} (pid {entry['pid']})")
         else:
             print(f"{name} was not running")
@@ -137,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     local = commands.add_parser("local", help="the embedded development stack")
     actions = local.add_subparsers(dest="action", required=True)
-    up_parser = actions.add_parser("up", help="start the broker and the Kafka Connect stand-in")
+    up_parser = actions.add_parser("up", help="start the broker and the Kafka Connect stand-in (dev and tests only)")
     up_parser.add_argument("--port", type=int, default=0, help="broker port (default: a free one)")
     up_parser.set_defaults(func=up)
     actions.add_parser("down", help="stop what 'up' started").set_defaults(func=down)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -123,11 +125,18 @@ def test_kerr_cli_up_status_down(tmp_path: Path) -> None:
     started = run("up")
     assert started.returncode == 0, started.stderr
     assert "broker started at 127.0.0.1:" in started.stdout
+    assert "Kafka Connect stand-in (development and tests only) started at http://127.0.0.1:" in started.stdout
+    state = json.loads((tmp_path / "state" / "local.json").read_text())
     try:
         status = run("status")
         assert status.returncode == 0 and "broker: running at 127.0.0.1:" in status.stdout
-        assert "already running" in run("up").stdout
+        assert f"connect: running at {state['connect']['url']}" in status.stdout
+        with urllib.request.urlopen(state["connect"]["url"] + "/connectors", timeout=10) as response:
+            assert json.loads(response.read()) == []
+        again = run("up").stdout
+        assert "broker already running" in again and "stand-in already running" in again
     finally:
         stopped = run("down")
-    assert "stopped broker" in stopped.stdout
+    assert "stopped broker" in stopped.stdout and "stopped connect" in stopped.stdout
     assert run("status").returncode == 1
+    assert _wait_dead(state["broker"]["pid"]) and _wait_dead(state["connect"]["pid"])

@@ -30,6 +30,22 @@ def test_providers_manager_discovers_the_provider() -> None:
     assert info.data["versions"][0] == info.version
 
 
+def test_every_module_the_provider_lists_imports() -> None:
+    import importlib
+
+    from airflow_kerr.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    modules = [
+        m for role in ("hooks", "operators", "sensors", "triggers") for e in info[role] for m in e["python-modules"]
+    ]
+    for path in [*info["notifications"], *(c["hook-class-name"] for c in info["connection-types"])]:
+        module, _, name = path.rpartition(".")
+        assert hasattr(importlib.import_module(module), name), path
+    for module in modules:
+        importlib.import_module(module)
+
+
 def test_airflow_providers_list_shows_the_provider() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "airflow", "providers", "list"],

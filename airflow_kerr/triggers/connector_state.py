@@ -1,0 +1,91 @@
+"""``ConnectorStateTrigger``: wait, on the triggerer, until connectors show a target state in ``/status``.
+
+It polls ``GET /connectors/{c}/status`` with the hook's asynchronous client, so
+it never blocks the event loop, and fires one event: ``success`` with every
+connector's final status, ``timeout`` with what was still awaited, or ``error``
+when waiting cannot help (the connector is gone, or FAILED where the target
+does not allow it). The deadline is an absolute time, so a trigger that is
+moved to another triggerer keeps the original timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_kerr.hooks.connect_errors import TRANSIENT_ERRORS, KafkaConnectError
+from airflow_kerr.hooks.connect_status import ConnectorTarget, describe
+from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
+
+
+class ConnectorStateTrigger(BaseTrigger):
+    """Poll connectors' status until each meets its :class:`ConnectorTarget` or the deadline passes.
+
+    :param targets: connector name -> ``ConnectorTarget.to_dict()``.
+    :param deadline: Unix time after which the trigger gives up with a ``timeout`` event.
+    :param poll_interval: seconds between polls.
+    :param kafka_connect_conn_id: the ``kafka_connect`` connection.
+    """
+
+    def __init__(
+        self,
+        targets: dict[str, dict[str, Any]],
+        deadline: float,
+        poll_interval: float = 5.0,
+        kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
+    ) -> None:
+        super().__init__()
+        self.targets = targets
+        self.deadline = deadline
+        self.poll_interval = poll_interval
+        self.kafka_connect_conn_id = kafka_connect_conn_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "targets": self.targets,
+                "deadline": self.deadline,
+                "poll_interval": self.poll_interval,
+                "kafka_connect_conn_id": self.kafka_connect_conn_id,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        targets = {name: ConnectorTarget.from_dict(data) for name, data in self.targets.items()}
+        hook = KafkaConnectHook(self.kafka_connect_conn_id)
+        statuses: dict[str, dict[str, Any]] = {}
+        try:
+            while True:
+                pending: dict[str, str] = {}
+                for name, target in targets.items():
+                    try:
+                        statuses[name] = await hook.aget_status(name)
+                    except TRANSIENT_ERRORS as exc:
+                        # The worker may be restarting or rebalancing: keep polling until the deadline.
+                        pending[name] = f"status unavailable: {exc}"
+                        continue
+                    except KafkaConnectError as exc:
+                        yield TriggerEvent({"status": "error", "message": str(exc), "statuses": statuses})
+                        return
+                    verdict = target.evaluate(statuses[name])
+                    if verdict.fatal:
+                        yield TriggerEvent({"status": "error", "message": verdict.fatal, "statuses": statuses})
+                        return
+                    if not verdict.reached:
+                        pending[name] = f"{describe(statuses[name])} (waiting: {', '.join(verdict.waiting_on)})"
+                if not pending:
+                    yield TriggerEvent({"status": "success", "statuses": statuses})
+                    return
+                remaining = self.deadline - time.time()
+                if remaining <= 0:
+                    yield TriggerEvent({"status": "timeout", "pending": pending, "statuses": statuses})
+                    return
+                self.log.info("Waiting for %s", "; ".join(f"{n}: {why}" for n, why in pending.items()))
+                await asyncio.sleep(min(self.poll_interval, remaining))
+        finally:
+            await hook.aclose()

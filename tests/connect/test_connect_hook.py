@@ -1,0 +1,361 @@
+"""KafkaConnectHook against the stand-in over real HTTP: every endpoint, every error path, sync and async."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_kerr.get_provider_info import get_provider_info
+from airflow_kerr.hooks.connect_errors import (
+    ConnectBadRequest,
+    ConnectorNotFound,
+    ConnectServerError,
+    ConnectUnreachable,
+    KafkaConnectError,
+    RebalanceInProgress,
+)
+from airflow_kerr.hooks.kafka_connect import ClientSettings, KafkaConnectHook
+from airflow_kerr.local.connect import ConnectStandIn
+
+# A stall shows up as a failure with every thread's stack, not as a slow run.
+pytestmark = pytest.mark.timeout(90)
+
+
+def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: Any) -> str:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kafka_connect", **fields}))
+    return conn_id
+
+
+@pytest.fixture
+def hook(connect_conn: str) -> Iterator[KafkaConnectHook]:
+    with KafkaConnectHook(connect_conn, rebalance_retry_budget_s=5) as connect_hook:
+        yield connect_hook
+
+
+def states(status: dict[str, Any]) -> tuple[str, list[str]]:
+    return status["connector"]["state"], [t["state"] for t in status["tasks"]]
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# connection settings -----------------------------------------------------------------------------
+
+
+def settings(extra: dict[str, Any] | None = None, **fields: Any) -> ClientSettings:
+    values = {"host": "connect.local", "port": None, "schema": None, "login": None, "password": None, **fields}
+    return ClientSettings.from_connection("c", extra=extra or {}, **values)
+
+
+def test_settings_defaults_and_fields() -> None:
+    assert settings().base_url == "http://connect.local:8083"
+    assert settings().verify is True and settings().timeout == 100 and settings().auth is None
+    assert settings(port=9443, schema="HTTPS").base_url == "https://connect.local:9443"
+    assert settings(login="u", password="p").auth == ("u", "p")
+    assert settings(host="https://gw.example.com/connect/").base_url == "https://gw.example.com/connect"
+    assert settings(host="https://gw.example.com", port=8443).base_url == "https://gw.example.com:8443"
+
+
+def test_settings_extras(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("")
+    assert settings({"verify": False}).verify is False
+    assert settings({"verify": "false"}).verify is False
+    assert settings({"verify": str(ca)}).verify == str(ca)
+    assert settings({"extra__kafka_connect__verify": "no"}).verify is False
+    assert settings({"timeout": "2.5"}).timeout == 2.5
+    assert settings({"headers": {"X-Team": "data"}}).headers == {"X-Team": "data"}
+    assert settings({"headers": '{"X-Team": "data"}'}).headers == {"X-Team": "data"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "extra", "message"),
+    [
+        ({"host": ""}, {}, "has no host"),
+        ({"schema": "ftp"}, {}, "must be http or https"),
+        ({"host": "ftp://x"}, {}, "must start with http:// or https://"),
+        ({}, {"verify": "/no/such/ca.pem"}, "neither true/false nor an existing CA bundle"),
+        ({}, {"timeout": "soon"}, "'timeout' must be a positive number"),
+        ({}, {"headers": "[1]"}, "'headers' must be a JSON object"),
+    ],
+)
+def test_settings_name_what_is_wrong(fields: dict[str, Any], extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(KafkaConnectError.__mro__[1], match=message):
+        settings(extra, **fields)
+
+
+def test_ui_field_behaviour_matches_the_provider_info() -> None:
+    from airflow.providers_manager import (
+        _create_customized_form_field_behaviours_schema_validator,
+        _create_provider_info_schema_validator,
+    )
+
+    info = get_provider_info()
+    _create_provider_info_schema_validator().validate(info)
+    _create_customized_form_field_behaviours_schema_validator().validate(KafkaConnectHook.get_ui_field_behaviour())
+    connection_type = next(c for c in info["connection-types"] if c["connection-type"] == "kafka_connect")
+    assert connection_type["hook-class-name"] == "airflow_kerr.hooks.kafka_connect.KafkaConnectHook"
+    behaviour = KafkaConnectHook.get_ui_field_behaviour()
+    assert behaviour["relabeling"] == connection_type["ui-field-behaviour"]["relabeling"]
+    assert behaviour["placeholders"]["schema"] == "http or https"
+    assert set(connection_type["conn-fields"]) == {"verify", "timeout", "headers"}
+    for section in ("hooks", "operators", "sensors", "triggers"):
+        for module in info[section][0]["python-modules"]:
+            __import__(module)
+
+
+# requests ----------------------------------------------------------------------------------------
+
+
+def test_connection_test_calls_root(hook: KafkaConnectHook, connect: ConnectStandIn) -> None:
+    ok, message = hook.test_connection()
+    assert ok, message
+    assert "kerr-standin" in message
+    assert connect.requests[-1].method == "GET" and connect.requests[-1].path == "/"
+
+
+def test_connection_test_reports_a_refused_connection_with_its_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    port = closed_port()
+    conn_id = set_connection(monkeypatch, "kc_refused", host="127.0.0.1", port=port)
+    ok, message = KafkaConnectHook(conn_id).test_connection()
+    assert not ok
+    assert f"http://127.0.0.1:{port}/" in message
+
+
+def test_every_endpoint(
+    hook: KafkaConnectHook,
+    connect: ConnectStandIn,
+    sink: Callable[..., tuple[str, str]],
+    wait_until: Callable[..., Any],
+) -> None:
+    name, topic = sink(tasks=2, partitions=2)
+    assert hook.server_info()["version"]
+    assert hook.list_connectors() == [name]
+    assert set(hook.list_connectors(expand="status")[name]) == {"status"}
+    assert set(hook.list_connectors(expand=["status", "info"])[name]) == {"status", "info"}
+    assert hook.get_connector(name)["name"] == name
+    assert hook.get_config(name)["topics"] == topic
+    assert len(hook.get_tasks(name)) == 2
+    assert hook.get_status(name)["connector"]["state"] == "RUNNING"
+
+    assert hook.pause(name) is None
+    wait_until(lambda: states(connect.status(name)) == ("PAUSED", ["PAUSED", "PAUSED"]))
+    hook.pause(name)
+    assert hook.resume(name) is None
+    wait_until(lambda: states(connect.status(name)) == ("RUNNING", ["RUNNING", "RUNNING"]))
+
+    assert hook.restart(name) is None
+    plan = hook.restart(name, include_tasks=True)
+    assert plan is not None and [t["state"] for t in plan["tasks"]] == ["RESTARTING", "RESTARTING"]
+    wait_until(lambda: states(connect.status(name)) == ("RUNNING", ["RUNNING", "RUNNING"]))
+    connect.fail_task(name, 1)
+    plan = hook.restart(name, include_tasks=True, only_failed=True)
+    assert plan is not None and [t["state"] for t in plan["tasks"]] == ["RUNNING", "RESTARTING"]
+    wait_until(lambda: states(connect.status(name)) == ("RUNNING", ["RUNNING", "RUNNING"]))
+    connect.fail_task(name, 0)
+    assert hook.restart_task(name, 0) is None
+    assert states(connect.status(name))[1][0] == "RUNNING"
+
+    assert hook.stop(name) is None
+    wait_until(lambda: states(connect.status(name)) == ("STOPPED", []))
+    assert hook.get_offsets(name) == {"offsets": []}
+    hook.put_config(name, {**hook.get_config(name), "tasks.max": "1"})
+    hook.delete_connector(name)
+    assert hook.list_connectors() == []
+
+    queries = [(r.method, r.path, r.query) for r in connect.requests]
+    assert not [q for q in queries if "forward" in q[2]], "the forward parameter is never sent"
+    assert ("POST", f"/connectors/{name}/restart", "") in queries, "both flags false: no query"
+    assert ("POST", f"/connectors/{name}/restart", "includeTasks=true&onlyFailed=true") in queries
+
+
+def test_names_are_percent_encoded(
+    hook: KafkaConnectHook, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
+) -> None:
+    _, topic = sink()
+    hook.put_config("orders sink/v2", {"connector.class": "JsonLinesSinkConnector", "topics": topic, "file": "o"})
+    assert "orders sink/v2" in hook.list_connectors()
+    assert connect.requests[-2].path == "/connectors/orders%20sink%2Fv2/config"
+
+
+def test_not_found_carries_error_code_and_message(hook: KafkaConnectHook) -> None:
+    with pytest.raises(ConnectorNotFound) as raised:
+        hook.pause("ghost")
+    assert raised.value.error_code == 404
+    assert raised.value.message == "Unknown connector ghost"
+    assert raised.value.url.endswith("/connectors/ghost/pause")
+    with pytest.raises(ConnectorNotFound, match="No status found for connector ghost"):
+        hook.get_status("ghost")
+    with pytest.raises(ConnectorNotFound, match="Unknown connector: ghost"):
+        hook.restart("ghost", include_tasks=True)
+
+
+def test_bad_request(hook: KafkaConnectHook, sink: Callable[..., tuple[str, str]]) -> None:
+    name, _ = sink()
+    with pytest.raises(ConnectBadRequest) as raised:
+        hook.request("DELETE", f"/connectors/{name}/offsets")
+    assert raised.value.error_code == 400
+    assert raised.value.message.startswith("Connectors must be in the STOPPED state")
+
+
+def test_a_short_rebalance_is_retried_with_backoff(
+    hook: KafkaConnectHook, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
+) -> None:
+    name, _ = sink()
+    connect.inject_rebalance(0.6)
+    started = time.monotonic()
+    hook.restart(name)
+    assert time.monotonic() - started >= 0.6
+    tries = [r for r in connect.requests if r.path == f"/connectors/{name}/restart"]
+    assert len(tries) >= 3, "two or more 409s, then the answer"
+
+
+def test_a_rebalance_longer_than_the_budget_raises(
+    connect_conn: str, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
+) -> None:
+    name, _ = sink()
+    connect.inject_rebalance(30)
+    hook = KafkaConnectHook(connect_conn, rebalance_retry_budget_s=0.5)
+    with pytest.raises(RebalanceInProgress) as raised:
+        hook.stop(name)
+    assert raised.value.error_code == 409
+    assert raised.value.message.startswith("Cannot complete request momentarily")
+
+
+def test_a_conflict_that_is_no_rebalance_is_not_retried(
+    hook: KafkaConnectHook, sink: Callable[..., tuple[str, str]]
+) -> None:
+    name, topic = sink()
+    body = {"name": name, "config": {"connector.class": "JsonLinesSinkConnector", "topics": topic, "file": "f"}}
+    started = time.monotonic()
+    with pytest.raises(RebalanceInProgress, match=f"Connector {name} already exists"):
+        hook.request("POST", "/connectors", json=body, retry_conflicts=False)
+    assert time.monotonic() - started < 1
+
+
+def test_request_timed_out_is_a_server_error(
+    hook: KafkaConnectHook, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
+) -> None:
+    name, _ = sink()
+    connect.inject_request_timeout(10)
+    with pytest.raises(ConnectServerError) as raised:
+        hook.stop(name)
+    assert raised.value.error_code == 500
+    assert raised.value.message.startswith("Request timed out")
+
+
+def test_a_client_side_timeout_names_the_url(
+    monkeypatch: pytest.MonkeyPatch, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
+) -> None:
+    name, _ = sink()
+    conn_id = set_connection(monkeypatch, "kc_impatient", host="127.0.0.1", port=connect.port, extra={"timeout": 0.3})
+    connect.inject_request_timeout(10, delay_s=1.0)
+    with pytest.raises(ConnectUnreachable, match=rf"timed out.*|.*{connect.port}/connectors/{name}/stop") as raised:
+        KafkaConnectHook(conn_id).stop(name)
+    assert raised.value.url == f"{connect.url}/connectors/{name}/stop"
+
+
+def test_refused_connection_names_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    port = closed_port()
+    conn_id = set_connection(monkeypatch, "kc_down", host="127.0.0.1", port=port)
+    with pytest.raises(ConnectUnreachable) as raised:
+        KafkaConnectHook(conn_id).get_status("orders")
+    assert raised.value.url == f"http://127.0.0.1:{port}/connectors/orders/status"
+    assert str(raised.value).startswith(f"GET http://127.0.0.1:{port}/connectors/orders/status failed")
+
+
+def test_basic_auth_and_headers_are_sent(monkeypatch: pytest.MonkeyPatch, connect: ConnectStandIn) -> None:
+    conn_id = set_connection(
+        monkeypatch,
+        "kc_auth",
+        host="127.0.0.1",
+        port=connect.port,
+        login="ops",
+        password="s3cret",
+        extra={"headers": {"X-Team": "data"}},
+    )
+    KafkaConnectHook(conn_id).list_connectors()
+    headers = {k.lower(): v for k, v in connect.requests[-1].headers.items()}
+    assert headers["authorization"] == "Basic b3BzOnMzY3JldA=="
+    assert headers["x-team"] == "data"
+
+
+# TLS ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tls_connect(kafka_bootstrap: str, tmp_path: Path, tls: Any) -> Iterator[ConnectStandIn]:
+    standin = ConnectStandIn(kafka_bootstrap, tmp_path, transition_delay_s=0.2, ssl_context=tls.server_context)
+    with standin:
+        yield standin
+
+
+def test_https_with_a_ca_bundle(monkeypatch: pytest.MonkeyPatch, tls_connect: ConnectStandIn, tls: Any) -> None:
+    conn_id = set_connection(
+        monkeypatch,
+        "kc_tls",
+        host="127.0.0.1",
+        port=tls_connect.port,
+        schema="https",
+        extra={"verify": str(tls.ca_file)},
+    )
+    assert KafkaConnectHook(conn_id).list_connectors() == []
+
+
+def test_https_without_the_ca_fails_naming_the_url(
+    monkeypatch: pytest.MonkeyPatch, tls_connect: ConnectStandIn
+) -> None:
+    conn_id = set_connection(monkeypatch, "kc_tls_default", host="127.0.0.1", port=tls_connect.port, schema="https")
+    with pytest.raises(ConnectUnreachable, match="CERTIFICATE_VERIFY_FAILED") as raised:
+        KafkaConnectHook(conn_id).list_connectors()
+    assert raised.value.url == f"https://127.0.0.1:{tls_connect.port}/connectors"
+    conn_id = set_connection(
+        monkeypatch, "kc_tls_off", host="127.0.0.1", port=tls_connect.port, schema="https", extra={"verify": False}
+    )
+    assert KafkaConnectHook(conn_id).list_connectors() == []
+
+
+def test_https_to_a_plain_http_worker_names_the_url(monkeypatch: pytest.MonkeyPatch, connect: ConnectStandIn) -> None:
+    conn_id = set_connection(monkeypatch, "kc_wrong_scheme", host="127.0.0.1", port=connect.port, schema="https")
+    with pytest.raises(ConnectUnreachable) as raised:
+        KafkaConnectHook(conn_id).list_connectors()
+    assert raised.value.url == f"https://127.0.0.1:{connect.port}/connectors"
+
+
+# async -------------------------------------------------------------------------------------------
+
+
+async def test_async_client(connect_conn: str, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]) -> None:
+    name, _ = sink()
+    hook = KafkaConnectHook(connect_conn, rebalance_retry_budget_s=5)
+    try:
+        assert (await hook.aget_status(name))["connector"]["state"] == "RUNNING"
+        assert await hook.alist_connectors() == [name]
+        assert set((await hook.alist_connectors(expand="info"))[name]) == {"info"}
+        with pytest.raises(ConnectorNotFound, match="No status found for connector ghost"):
+            await hook.aget_status("ghost")
+        connect.inject_rebalance(0.5)
+        response = await hook.arequest("POST", f"/connectors/{name}/restart")
+        assert response.status_code == 204
+    finally:
+        await hook.aclose()
+
+
+async def test_async_refused_names_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    port = closed_port()
+    hook = KafkaConnectHook(set_connection(monkeypatch, "kc_async_down", host="127.0.0.1", port=port))
+    try:
+        with pytest.raises(ConnectUnreachable) as raised:
+            await hook.aget_status("orders")
+        assert raised.value.url == f"http://127.0.0.1:{port}/connectors/orders/status"
+    finally:
+        await hook.aclose()

@@ -1,0 +1,86 @@
+"""How a status body is read against a target: the rules the waits, the trigger and the sensor share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_kerr.hooks.connect_status import ConnectorTarget, describe, failed_instances, first_line
+
+
+def status(connector: str, *tasks: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": "orders-sink",
+        "connector": {"state": connector, "worker_id": "w:8083", **extra},
+        "tasks": [
+            {"id": i, "state": s, "worker_id": "w:8083", **({"trace": "E: boom\n\tat x"} if s == "FAILED" else {})}
+            for i, s in enumerate(tasks)
+        ],
+        "type": "sink",
+        "version": "4.0.0",
+    }
+
+
+def test_every_task_must_match() -> None:
+    target = ConnectorTarget("PAUSED")
+    assert target.evaluate(status("PAUSED", "PAUSED", "PAUSED")).reached
+    verdict = target.evaluate(status("PAUSED", "PAUSED", "RUNNING"))
+    assert not verdict.reached and verdict.waiting_on == ("task 1 is RUNNING",)
+
+
+def test_failed_tasks_are_reported_or_awaited() -> None:
+    body = status("PAUSED", "PAUSED", "FAILED")
+    reported = ConnectorTarget("PAUSED", failed_tasks="report").evaluate(body)
+    assert reported.reached
+    assert failed_instances(body) == [{"connector": "orders-sink", "task": 1, "trace": "E: boom\n\tat x"}]
+    awaited = ConnectorTarget("PAUSED").evaluate(body)
+    assert not awaited.reached and awaited.waiting_on == ("task 1 is FAILED",)
+
+
+def test_a_failed_connector_is_awaited_reported_or_fatal() -> None:
+    body = status("FAILED", "RUNNING", trace="E: bad config")
+    assert ConnectorTarget("RUNNING").evaluate(body).waiting_on == ("connector is FAILED",)
+    assert ConnectorTarget("RUNNING", failed_connector="report").evaluate(body).reached
+    fatal = ConnectorTarget("RUNNING", failed_connector="fail", hint="Restart it.").evaluate(body)
+    assert not fatal.reached
+    assert fatal.fatal == "connector orders-sink is FAILED and cannot become RUNNING this way. Restart it."
+
+
+def test_stopped_means_no_tasks() -> None:
+    target = ConnectorTarget("STOPPED")
+    assert target.evaluate(status("STOPPED")).reached
+    assert not target.evaluate(status("STOPPED", "RUNNING")).reached
+    assert ConnectorTarget("STOPPED", include_tasks=False).evaluate(status("STOPPED", "RUNNING")).reached
+
+
+def test_restarting_is_on_the_way_not_there() -> None:
+    assert ConnectorTarget("RUNNING").evaluate(status("RESTARTING", "RUNNING")).waiting_on == (
+        "connector is RESTARTING",
+    )
+
+
+def test_task_ids_limit_the_check() -> None:
+    target = ConnectorTarget("RUNNING", task_ids=(1,))
+    assert target.evaluate(status("RUNNING", "FAILED", "RUNNING")).reached
+    assert ConnectorTarget("RUNNING", task_ids=(5,)).evaluate(status("RUNNING", "RUNNING")).waiting_on == (
+        "task 5 is not listed",
+    )
+
+
+def test_round_trip_through_trigger_kwargs() -> None:
+    target = ConnectorTarget("PAUSED", task_ids=(0, 2), failed_tasks="report", failed_connector="fail", hint="h")
+    assert ConnectorTarget.from_dict(target.to_dict()) == target
+    assert ConnectorTarget.from_dict({"state": "RUNNING"}) == ConnectorTarget("RUNNING")
+
+
+def test_unknown_state_is_refused() -> None:
+    with pytest.raises(ValueError, match="'SLEEPING' is not a Kafka Connect state"):
+        ConnectorTarget("SLEEPING")
+
+
+def test_describe_and_first_line() -> None:
+    assert describe(status("PAUSED", "PAUSED", "FAILED")) == "connector PAUSED; tasks 0=PAUSED 1=FAILED"
+    assert describe(status("STOPPED")) == "connector STOPPED; tasks none"
+    assert first_line("org.Ex: boom\n\tat a.b") == "org.Ex: boom"
+    assert first_line("") == "(no trace)"
