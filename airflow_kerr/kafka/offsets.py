@@ -30,6 +30,9 @@ def offset_consumer(config: Mapping[str, Any]) -> Consumer:
     settings.setdefault("group.id", f"kerr-offsets-{uuid.uuid4().hex[:12]}")
     settings["enable.auto.commit"] = False
     settings["enable.partition.eof"] = False
+    # KIP-714 client metrics push: a look-up client has nothing to report, and brokers
+    # without it are asked for a subscription again and again.
+    settings.setdefault("enable.metrics.push", False)
     return Consumer(settings)
 
 

@@ -1,0 +1,154 @@
+"""What the DLQ sensor measures, as plain functions over confluent-kafka (no Airflow).
+
+The sensors and their triggers share these: poke mode calls them directly, the
+triggers call them in a worker thread so the event loop never blocks. Growth is
+read from end offsets, never by consuming the topic; only the few newest records
+are read, for a sample of what went wrong.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from airflow_kerr.errors import parse_dead_letter
+from airflow_kerr.kafka.offsets import Partition, offset_consumer, topic_partitions, watermarks
+
+SINCE_TASK_START = "task_start"
+SINCE_GROUP_PREFIX = "group:"
+
+
+class SinceError(ValueError):
+    """A ``since`` value outside what the DLQ sensor accepts."""
+
+
+def validate_since(since: str | Mapping[str | int, int]) -> None:
+    """Accept ``task_start``, ``group:<id>`` or a mapping of partition to offset; name the value otherwise."""
+    if isinstance(since, Mapping):
+        bad = {k: v for k, v in since.items() if not str(k).isdigit() or not isinstance(v, int) or v < 0}
+        if bad:
+            raise SinceError(f"since={dict(since)!r}: explicit offsets map a partition number to an offset >= 0")
+        return
+    if since == SINCE_TASK_START or (since.startswith(SINCE_GROUP_PREFIX) and len(since) > len(SINCE_GROUP_PREFIX)):
+        return
+    raise SinceError(f"since={since!r}: expected 'task_start', 'group:<consumer group id>' or {{partition: offset}}")
+
+
+def dlq_end_offsets(
+    kafka_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0, consumer: Consumer | None = None
+) -> dict[int, int]:
+    """End offset of each partition of the DLQ topic, keyed by partition number.
+
+    A long-running watcher passes its own ``consumer`` (from ``offset_consumer``) so
+    each poll reuses one connection instead of opening a new client.
+    """
+    own = consumer is None
+    lookup = offset_consumer(kafka_config) if consumer is None else consumer
+    try:
+        marks = watermarks(lookup, topic_partitions(lookup, topic, timeout_s), timeout_s)
+    finally:
+        if own:
+            lookup.close()
+    return {partition: high for (_, partition), (_, high) in marks.items()}
+
+
+def group_offsets(
+    kafka_config: Mapping[str, Any], group: str, partitions: Sequence[Partition], timeout_s: float = 10.0
+) -> dict[Partition, int]:
+    """A consumer group's committed offsets (partitions it never committed are left out)."""
+    consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    try:
+        found = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+    finally:
+        consumer.close()
+    return {(str(tp.topic), int(tp.partition)): int(tp.offset) for tp in found if tp.offset >= 0}
+
+
+def baseline_offsets(
+    kafka_config: Mapping[str, Any], topic: str, since: str | Mapping[str | int, int]
+) -> dict[int, int]:
+    """Where counting starts: the end offsets now, a group's committed offsets, or the given offsets."""
+    validate_since(since)
+    if isinstance(since, Mapping):
+        return {int(partition): int(offset) for partition, offset in since.items()}
+    ends = dlq_end_offsets(kafka_config, topic)
+    if since == SINCE_TASK_START:
+        return ends
+    group = since[len(SINCE_GROUP_PREFIX) :]
+    committed = group_offsets(kafka_config, group, [(topic, p) for p in ends])
+    return {partition: committed.get((topic, partition), 0) for partition in ends}
+
+
+@dataclass(frozen=True)
+class DeadLetterGrowth:
+    """How many records the DLQ gained since the baseline, per partition and in all."""
+
+    count: int
+    ends: dict[int, int]
+    baseline: dict[int, int]
+
+
+def dlq_growth(
+    kafka_config: Mapping[str, Any], topic: str, baseline: Mapping[int, int], consumer: Consumer | None = None
+) -> DeadLetterGrowth:
+    ends = dlq_end_offsets(kafka_config, topic, consumer=consumer)
+    count = sum(max(0, end - baseline.get(partition, 0)) for partition, end in ends.items())
+    return DeadLetterGrowth(count, ends, dict(baseline))
+
+
+def newest_dead_letters(
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    growth: DeadLetterGrowth,
+    sample_size: int = 5,
+    timeout_s: float = 10.0,
+) -> list[dict[str, Any]]:
+    """The newest ``sample_size`` DLQ records since the baseline, parsed into what an on-call person reads."""
+    starts = {
+        p: max(growth.baseline.get(p, 0), end - sample_size)
+        for p, end in growth.ends.items()
+        if end > growth.baseline.get(p, 0)
+    }
+    if not starts or sample_size <= 0:
+        return []
+    consumer = offset_consumer(kafka_config)
+    found: list[dict[str, Any]] = []
+    try:
+        consumer.assign([TopicPartition(topic, p, start) for p, start in starts.items()])
+        remaining = sum(growth.ends[p] - start for p, start in starts.items())
+        deadline = time.monotonic() + timeout_s
+        while remaining > 0 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            remaining -= 1
+            letter = parse_dead_letter(
+                message.headers() or [],
+                message.key(),
+                message.value(),
+                topic=message.topic(),
+                partition=message.partition(),
+                offset=message.offset(),
+                timestamp=message.timestamp()[1],
+            )
+            found.append(
+                {
+                    "dlq_partition": message.partition(),
+                    "dlq_offset": message.offset(),
+                    "stage": str(letter.stage) if letter.stage else None,
+                    "exception_class": letter.exception_class,
+                    "exception_message": letter.exception_message,
+                    "source_topic": letter.source_topic,
+                    "source_partition": letter.source_partition,
+                    "source_offset": letter.source_offset,
+                    "timestamp": message.timestamp()[1],
+                }
+            )
+    finally:
+        consumer.close()
+    found.sort(key=lambda item: (item["timestamp"] or 0, item["dlq_offset"]), reverse=True)
+    return found[:sample_size]

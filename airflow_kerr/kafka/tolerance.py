@@ -1,0 +1,168 @@
+"""Tolerance measured over a window: from the job's metrics records, or from DLQ growth against consumption.
+
+Shared by :class:`~airflow_kerr.sensors.tolerance.ToleranceSensor`'s poke mode and
+its trigger (which calls these in a worker thread). No Airflow imports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_kerr.kafka.dead_letters import dlq_end_offsets, group_offsets
+from airflow_kerr.kafka.metrics_topic import read_metrics_records
+from airflow_kerr.kafka.offsets import offset_consumer, topic_partitions
+
+WAIT_FOR = ("breach", "recovery")
+SOURCES = ("metrics", "dlq")
+
+
+@dataclass(frozen=True)
+class ToleranceReading:
+    """Records in and records failed inside a window, and whether that breaches the limits."""
+
+    records_in: int
+    errors: int
+    window_start_ms: int
+    window_end_ms: int
+    source: str
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.records_in if self.records_in else 0.0
+
+    def breaches(self, max_error_rate: float | None, max_errors: int | None, min_records: int) -> bool:
+        """A count limit always applies; a rate limit only once the window saw ``min_records``."""
+        if max_errors is not None and self.errors > max_errors:
+            return True
+        return max_error_rate is not None and self.records_in >= min_records and self.error_rate > max_error_rate
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "records_in": self.records_in,
+            "errors": self.errors,
+            "error_rate": self.error_rate,
+            "window_start_ms": self.window_start_ms,
+            "window_end_ms": self.window_end_ms,
+            "source": self.source,
+        }
+
+
+def metrics_window(
+    kafka_config: Mapping[str, Any], metrics_topic: str, pipeline: str, window_ms: int, now_ms: int | None = None
+) -> ToleranceReading:
+    """Records in and records failed by ``pipeline``'s tasks whose metrics window ended inside the window."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    start_ms = now_ms - window_ms
+    records = read_metrics_records(
+        kafka_config,
+        metrics_topic,
+        start_ms,
+        lambda r: r.get("scope") == "task" and r.get("pipeline") == pipeline and start_ms <= r.get("window_end_ms", 0),
+    )
+    return ToleranceReading(
+        records_in=sum(int(r.get("records_in", 0)) for r in records),
+        errors=sum(int(r.get("total-record-errors", 0)) for r in records),
+        window_start_ms=start_ms,
+        window_end_ms=now_ms,
+        source="metrics",
+    )
+
+
+@dataclass(frozen=True)
+class ConsumptionSample:
+    """DLQ size and a group's consumption of the source topics at one moment."""
+
+    at_ms: int
+    dlq_total: int
+    consumed_total: int
+
+
+def consumption_sample(
+    kafka_config: Mapping[str, Any], dlq_topic: str, source_topics: Sequence[str], group: str
+) -> ConsumptionSample:
+    """One sample for the metrics-free mode: a Kafka Connect sink that writes a DLQ is measured this way."""
+    consumer = offset_consumer(kafka_config)
+    try:
+        partitions = [tp for topic in source_topics for tp in topic_partitions(consumer, topic)]
+    finally:
+        consumer.close()
+    committed = group_offsets(kafka_config, group, partitions)
+    return ConsumptionSample(
+        at_ms=int(time.time() * 1000),
+        dlq_total=sum(dlq_end_offsets(kafka_config, dlq_topic).values()),
+        consumed_total=sum(committed.values()),
+    )
+
+
+def consumption_window(samples: Sequence[ConsumptionSample], window_ms: int) -> ToleranceReading | None:
+    """DLQ growth over source consumption between the oldest sample inside the window and the newest."""
+    if len(samples) < 2:
+        return None
+    newest = samples[-1]
+    inside = [s for s in samples if s.at_ms >= newest.at_ms - window_ms]
+    oldest = inside[0] if len(inside) > 1 else samples[-2]
+    return ToleranceReading(
+        records_in=max(0, newest.consumed_total - oldest.consumed_total),
+        errors=max(0, newest.dlq_total - oldest.dlq_total),
+        window_start_ms=oldest.at_ms,
+        window_end_ms=newest.at_ms,
+        source="dlq",
+    )
+
+
+@dataclass
+class ToleranceWatch:
+    """Decides, reading after reading, whether a breach happened or recovery is complete.
+
+    ``breach``: the window's errors or error rate pass a limit. ``recovery``: a
+    window that saw at least ``min_records`` is under every limit, and (for the
+    sampled DLQ mode) the samples cover the whole window. An idle pipeline is not
+    taken as recovered: there is no evidence either way.
+    """
+
+    kafka_config: dict[str, Any]
+    wait_for: str
+    window_ms: int
+    max_error_rate: float | None
+    max_errors: int | None
+    min_records: int
+    source: str = "metrics"
+    pipeline: str | None = None
+    metrics_topic: str = "kerr.metrics"
+    dlq_topic: str | None = None
+    source_topics: list[str] = field(default_factory=list)
+    group_id: str | None = None
+    samples: list[ConsumptionSample] = field(default_factory=list)
+
+    def read(self) -> ToleranceReading | None:
+        if self.source == "metrics":
+            assert self.pipeline is not None
+            return metrics_window(self.kafka_config, self.metrics_topic, self.pipeline, self.window_ms)
+        assert self.dlq_topic is not None and self.group_id is not None
+        sample = consumption_sample(self.kafka_config, self.dlq_topic, self.source_topics, self.group_id)
+        self.samples = [s for s in self.samples if s.at_ms >= sample.at_ms - 2 * self.window_ms] + [sample]
+        return consumption_window(self.samples, self.window_ms)
+
+    def check(self) -> tuple[bool, ToleranceReading | None]:
+        """One reading, and whether the sensor's condition holds on it."""
+        reading = self.read()
+        if reading is None:
+            return False, None
+        breached = reading.breaches(self.max_error_rate, self.max_errors, self.min_records)
+        if self.wait_for == "breach":
+            return breached, reading
+        covered = self.source == "metrics" or reading.window_end_ms - reading.window_start_ms >= self.window_ms
+        return (not breached and covered and reading.records_in >= self.min_records), reading
+
+    def describe(self, reading: ToleranceReading | None) -> str:
+        if reading is None:
+            return "no reading yet (the DLQ mode needs two samples)"
+        limits = []
+        if self.max_error_rate is not None:
+            limits.append(f"rate {reading.error_rate:.2%} vs max {self.max_error_rate:.2%}")
+        if self.max_errors is not None:
+            limits.append(f"errors {reading.errors} vs max {self.max_errors}")
+        return f"{', '.join(limits)}; {reading.records_in} records in the last {self.window_ms // 1000} s"

@@ -1,0 +1,182 @@
+"""``ToleranceBreachNotifier``: tell people a pipeline's error rate or count passed its limit.
+
+One message, three senders: a JSON webhook (Slack incoming-webhook compatible,
+with the structured details under ``kerr``), email through Airflow's smtp
+provider when it is installed, and the task log. A notification never changes
+the task's outcome: a failing webhook is retried a few times, then logged.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+from airflow.sdk import BaseNotifier, Context
+
+WEBHOOK_RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+def _rate(value: Any) -> str:
+    return f"{float(value):.2%}" if isinstance(value, (int, float)) else "n/a"
+
+
+class ToleranceBreachNotifier(BaseNotifier):
+    """Send a tolerance-breach alert built from the breach reading and a sample of the DLQ.
+
+    The reading comes from ``reading`` or from the XCom of ``breach_task_id`` (a
+    :class:`~airflow_kerr.sensors.tolerance.ToleranceSensor`); the sample of failed
+    records from ``sample`` or the XCom of ``dlq_task_id`` (a
+    :class:`~airflow_kerr.sensors.dead_letter_queue.DeadLetterQueueSensor`). Use it
+    as ``on_failure_callback=ToleranceBreachNotifier(...)`` or call
+    ``notify(context)`` inside a task.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "webhook_url", "email_to", "dlq_topic")
+
+    def __init__(
+        self,
+        *,
+        pipeline: str | None = None,
+        webhook_url: str | None = None,
+        email_to: str | Sequence[str] | None = None,
+        smtp_conn_id: str = "smtp_default",
+        dlq_topic: str | None = None,
+        breach_task_id: str | None = None,
+        dlq_task_id: str | None = None,
+        reading: Mapping[str, Any] | None = None,
+        sample: Sequence[Mapping[str, Any]] | None = None,
+        webhook_attempts: int = 3,
+        webhook_timeout_s: float = 10.0,
+        webhook_backoff_s: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+        self.webhook_url = webhook_url
+        self.email_to = email_to
+        self.smtp_conn_id = smtp_conn_id
+        self.dlq_topic = dlq_topic
+        self.breach_task_id = breach_task_id
+        self.dlq_task_id = dlq_task_id
+        self.reading = dict(reading) if reading else None
+        self.sample = [dict(item) for item in sample] if sample else None
+        self.webhook_attempts = max(1, webhook_attempts)
+        self.webhook_timeout_s = webhook_timeout_s
+        self.webhook_backoff_s = webhook_backoff_s
+
+    def _xcom(self, context: Context, task_id: str | None) -> Any:
+        ti = context.get("ti") or context.get("task_instance")
+        if task_id is None or ti is None:
+            return None
+        try:
+            return ti.xcom_pull(task_ids=task_id)
+        except Exception as exc:  # a callback must not fail because an upstream left nothing behind
+            self.log.warning("could not read the XCom of %s: %s", task_id, exc)
+            return None
+
+    def details(self, context: Context) -> dict[str, Any]:
+        """Everything the message says, as plain data (the webhook sends it under ``kerr``)."""
+        reading = self.reading or self._xcom(context, self.breach_task_id) or {}
+        dlq = self._xcom(context, self.dlq_task_id) or {}
+        sample = self.sample or list(dlq.get("sample") or [])
+        ti = context.get("ti") or context.get("task_instance")
+        dag_run = context.get("dag_run")
+        return {
+            "pipeline": self.pipeline or reading.get("pipeline"),
+            "error_rate": reading.get("error_rate"),
+            "max_error_rate": reading.get("max_error_rate"),
+            "errors": reading.get("errors"),
+            "max_errors": reading.get("max_errors"),
+            "records_in": reading.get("records_in"),
+            "window_s": reading.get("window_s"),
+            "dlq_topic": self.dlq_topic or reading.get("dlq_topic") or dlq.get("topic"),
+            "dlq_count": dlq.get("count"),
+            "top_exception_classes": Counter(
+                s.get("exception_class") for s in sample if s.get("exception_class")
+            ).most_common(3),
+            "top_stages": Counter(s.get("stage") for s in sample if s.get("stage")).most_common(3),
+            "dag_id": getattr(dag_run, "dag_id", None) or getattr(ti, "dag_id", None),
+            "run_id": getattr(dag_run, "run_id", None) or getattr(ti, "run_id", None),
+            "task_id": getattr(ti, "task_id", None),
+            "link": getattr(ti, "log_url", None),
+        }
+
+    def text(self, details: Mapping[str, Any]) -> str:
+        lines = [
+            f"Tolerance breached in pipeline {details['pipeline'] or '?'}: "
+            f"error rate {_rate(details['error_rate'])} (limit {_rate(details['max_error_rate'])}), "
+            f"{details['errors'] if details['errors'] is not None else '?'} failed records "
+            f"(limit {details['max_errors'] if details['max_errors'] is not None else 'none'}) "
+            f"out of {details['records_in'] if details['records_in'] is not None else '?'} "
+            f"in the last {details['window_s'] or '?'} s.",
+        ]
+        if details["top_exception_classes"]:
+            lines.append(
+                "Top exceptions: " + ", ".join(f"{name} ({n})" for name, n in details["top_exception_classes"])
+            )
+        if details["top_stages"]:
+            lines.append("Failing stages: " + ", ".join(f"{name} ({n})" for name, n in details["top_stages"]))
+        if details["dlq_topic"]:
+            lines.append(f"Dead letter queue: {details['dlq_topic']}")
+        if details["link"]:
+            lines.append(f"Run: {details['link']}")
+        return "\n".join(lines)
+
+    def payload(self, details: Mapping[str, Any]) -> dict[str, Any]:
+        """A Slack incoming-webhook message; other receivers read the ``kerr`` object."""
+        text = self.text(details)
+        return {
+            "text": text.splitlines()[0],
+            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}],
+            "kerr": {"event": "tolerance_breach", **details},
+        }
+
+    def send_webhook(self, payload: Mapping[str, Any]) -> bool:
+        """POST the payload, retrying timeouts and 5xx/429 answers; False (and a log line) when it never went."""
+        assert self.webhook_url is not None
+        for attempt in range(1, self.webhook_attempts + 1):
+            try:
+                response = httpx.post(self.webhook_url, json=payload, timeout=self.webhook_timeout_s)
+                if response.status_code < 400:
+                    return True
+                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                retry = response.status_code in WEBHOOK_RETRY_STATUSES
+            except httpx.HTTPError as exc:
+                problem, retry = f"{type(exc).__name__}: {exc}", True
+            self.log.warning("tolerance webhook attempt %d/%d failed: %s", attempt, self.webhook_attempts, problem)
+            if not retry:
+                break
+            if attempt < self.webhook_attempts:
+                time.sleep(self.webhook_backoff_s * attempt)
+        self.log.error("tolerance webhook to %s was not delivered; the alert is only in this log", self.webhook_url)
+        return False
+
+    def send_email(self, details: Mapping[str, Any], text: str) -> bool:
+        try:
+            from airflow.providers.smtp.hooks.smtp import SmtpHook
+        except ImportError:
+            self.log.error("email_to is set but apache-airflow-providers-smtp is not installed; no email sent")
+            return False
+        try:
+            with SmtpHook(smtp_conn_id=self.smtp_conn_id) as smtp:
+                smtp.send_email_smtp(
+                    to=self.email_to,  # type: ignore[arg-type]
+                    subject=f"[kerr] tolerance breached in {details['pipeline'] or 'a pipeline'}",
+                    html_content="<pre>" + html.escape(text) + "</pre>",
+                )
+            return True
+        except Exception as exc:  # smtplib and the hook raise many unrelated types
+            self.log.error("tolerance email to %s failed: %s", self.email_to, exc)
+            return False
+
+    def notify(self, context: Context) -> None:
+        details = self.details(context)
+        text = self.text(details)
+        self.log.warning("%s", text)
+        if self.webhook_url:
+            self.send_webhook(self.payload(details))
+        if self.email_to:
+            self.send_email(details, text)

@@ -1,0 +1,127 @@
+"""``tolerance_guard(...)``: the closed loop around a downstream Kafka Connect connector, as a TaskGroup.
+
+wait for a breach → pause the connector(s) → notify → wait for recovery (or a
+manual go-ahead given as a DAG param) → resume → verify RUNNING. Connector
+watchdogs react only to a FAILED task; this reacts to the error rate before
+anything fails, and undoes itself once the pipeline is healthy again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import TaskGroup, task
+
+from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
+from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
+from airflow_kerr.operators.connector_control import PauseConnectorOperator, ResumeConnectorOperator
+from airflow_kerr.sensors.connector_state import ConnectorStateSensor
+from airflow_kerr.sensors.tolerance import ToleranceSensor
+
+GO_AHEAD_PARAM = "resume_without_recovery"
+
+
+def tolerance_guard(
+    *,
+    connectors: str | Sequence[str],
+    group_id: str = "tolerance_guard",
+    pipeline: str | None = None,
+    metrics_topic: str = "kerr.metrics",
+    max_error_rate: float | None = None,
+    max_errors: int | None = None,
+    min_records: int = 100,
+    window: timedelta | float = timedelta(minutes=5),
+    source: str = "metrics",
+    dlq_topic: str | None = None,
+    source_topics: Sequence[str] | None = None,
+    consumer_group: str | None = None,
+    kafka_config_id: str = "kafka_default",
+    kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
+    poke_interval: float = 30.0,
+    breach_timeout: timedelta | float = timedelta(hours=24),
+    recovery_timeout: timedelta | float = timedelta(hours=6),
+    deferrable: bool = False,
+    notifier: Mapping[str, Any] | None = None,
+    go_ahead_param: str = GO_AHEAD_PARAM,
+) -> TaskGroup:
+    """Build the guard inside the current DAG and return its TaskGroup.
+
+    ``notifier`` holds :class:`ToleranceBreachNotifier` arguments (``webhook_url``,
+    ``email_to`` …; templated). Setting the DAG param ``go_ahead_param`` to true
+    resumes without waiting for recovery: the on-call person's override.
+    """
+    names = [connectors] if isinstance(connectors, str) else list(connectors)
+    timeouts = {
+        name: value.total_seconds() if isinstance(value, timedelta) else float(value)
+        for name, value in (("breach", breach_timeout), ("recovery", recovery_timeout))
+    }
+    watch: dict[str, Any] = {
+        "kafka_config_id": kafka_config_id,
+        "pipeline": pipeline,
+        "metrics_topic": metrics_topic,
+        "window": window,
+        "max_error_rate": max_error_rate,
+        "max_errors": max_errors,
+        "min_records": min_records,
+        "source": source,
+        "dlq_topic": dlq_topic,
+        "source_topics": source_topics,
+        "group_id": consumer_group,
+        "poke_interval": poke_interval,
+        "deferrable": deferrable,
+    }
+    control: dict[str, Any] = {
+        "connector": names,
+        "kafka_connect_conn_id": kafka_connect_conn_id,
+        "poll_interval": min(poke_interval, 5.0),
+        "deferrable": deferrable,
+    }
+    with TaskGroup(group_id=group_id) as group:
+        breach = ToleranceSensor(task_id="wait_for_breach", wait_for="breach", timeout=timeouts["breach"], **watch)
+        pause = PauseConnectorOperator(task_id="pause_connectors", **control)
+
+        @task(task_id="notify")
+        def notify(**context: Any) -> dict[str, Any]:
+            """Send the breach alert; a notification failure never fails the guard."""
+            notifier_task = ToleranceBreachNotifier(
+                pipeline=pipeline,
+                dlq_topic=dlq_topic,
+                breach_task_id=breach.task_id,
+                **dict(notifier or {}),
+            )
+            notifier_task.render_template_fields(context)  # type: ignore[arg-type]
+            notifier_task.notify(context)  # type: ignore[arg-type]
+            return notifier_task.details(context)  # type: ignore[arg-type]
+
+        recovery = ToleranceSensor(
+            task_id="wait_for_recovery", wait_for="recovery", timeout=timeouts["recovery"], **watch
+        )
+        resume = ResumeConnectorOperator(
+            task_id="resume_connectors", trigger_rule="none_failed_min_one_success", **control
+        )
+
+        @task.branch(task_id="recovery_or_go_ahead")
+        def choose(**context: Any) -> str:
+            """Skip the recovery wait when the on-call person gave the go-ahead in the trigger form."""
+            go_ahead = bool((context.get("params") or {}).get(go_ahead_param))
+            return resume.task_id if go_ahead else recovery.task_id
+
+        verify = [
+            ConnectorStateSensor(
+                task_id=f"verify_running_{i}" if len(names) > 1 else "verify_running",
+                connector=name,
+                target_state="RUNNING",
+                kafka_connect_conn_id=kafka_connect_conn_id,
+                poke_interval=min(poke_interval, 5.0),
+                timeout=600,
+                deferrable=deferrable,
+            )
+            for i, name in enumerate(names)
+        ]
+        branch = choose()
+        breach >> pause >> notify() >> branch
+        branch >> [recovery, resume]
+        recovery >> resume >> verify
+    return group

@@ -1,0 +1,154 @@
+"""``ToleranceSensor``: trip on a tolerance breach, or once a pipeline has recovered from one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
+
+from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.kafka.tolerance import SOURCES, WAIT_FOR, ToleranceWatch
+from airflow_kerr.triggers.tolerance import ToleranceTrigger
+
+
+class ToleranceSensor(BaseSensorOperator):
+    """Watch a pipeline's error rate and error count inside a sliding ``window``.
+
+    ``wait_for="breach"`` trips when the window's failed records exceed
+    ``max_errors`` or its error rate exceeds ``max_error_rate`` (the rate only once
+    the window saw ``min_records`` records, so three bad records out of four do not
+    page anyone). ``wait_for="recovery"`` trips once a window with at least
+    ``min_records`` records is under every limit: use it before resuming.
+
+    ``source="metrics"`` reads the job's metrics records (``pipeline`` on
+    ``metrics_topic``). ``source="dlq"`` needs no metrics: the rate is the growth of
+    ``dlq_topic`` over what consumer group ``group_id`` consumed of
+    ``source_topics`` inside the window, so it also guards a Kafka Connect sink
+    that writes a DLQ. The result (XCom) is the reading that tripped the sensor.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "metrics_topic", "dlq_topic", "source_topics", "group_id")
+
+    def __init__(
+        self,
+        *,
+        kafka_config_id: str = "kafka_default",
+        pipeline: str | None = None,
+        metrics_topic: str = "kerr.metrics",
+        window: timedelta | float = timedelta(minutes=5),
+        max_error_rate: float | None = None,
+        max_errors: int | None = None,
+        min_records: int = 100,
+        wait_for: str = "breach",
+        source: str = "metrics",
+        dlq_topic: str | None = None,
+        source_topics: Sequence[str] | None = None,
+        group_id: str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        window_s = window.total_seconds() if isinstance(window, timedelta) else float(window)
+        problems = []
+        if wait_for not in WAIT_FOR:
+            problems.append(f"wait_for={wait_for!r}: expected one of {', '.join(WAIT_FOR)}")
+        if source not in SOURCES:
+            problems.append(f"source={source!r}: expected one of {', '.join(SOURCES)}")
+        if max_error_rate is None and max_errors is None:
+            problems.append("max_error_rate=None and max_errors=None: set at least one limit")
+        if max_error_rate is not None and not 0 <= max_error_rate <= 1:
+            problems.append(f"max_error_rate={max_error_rate!r}: expected a fraction between 0 and 1")
+        if max_errors is not None and max_errors < 0:
+            problems.append(f"max_errors={max_errors!r}: expected an integer >= 0")
+        if min_records < 0:
+            problems.append(f"min_records={min_records!r}: expected an integer >= 0")
+        if window_s <= 0:
+            problems.append(f"window={window!r}: expected a positive duration")
+        if source == "metrics" and not pipeline:
+            problems.append("pipeline: required with source='metrics' (the pipeline name in the metrics records)")
+        if source == "dlq" and not (dlq_topic and source_topics and group_id):
+            problems.append("dlq_topic, source_topics and group_id: all required with source='dlq'")
+        if problems:
+            raise ValueError("invalid ToleranceSensor arguments:\n  - " + "\n  - ".join(problems))
+        self.kafka_config_id = kafka_config_id
+        self.pipeline = pipeline
+        self.metrics_topic = metrics_topic
+        self.window_ms = int(window_s * 1000)
+        self.max_error_rate = max_error_rate
+        self.max_errors = max_errors
+        self.min_records = min_records
+        self.wait_for = wait_for
+        self.source = source
+        self.dlq_topic = dlq_topic
+        self.source_topics = list(source_topics or [])
+        self.group_id = group_id
+        self.deferrable = deferrable
+        self._watch: ToleranceWatch | None = None
+
+    def watch_settings(self) -> dict[str, Any]:
+        """The watch's plain settings: what the trigger serializes."""
+        return {
+            "wait_for": self.wait_for,
+            "window_ms": self.window_ms,
+            "max_error_rate": self.max_error_rate,
+            "max_errors": self.max_errors,
+            "min_records": self.min_records,
+            "source": self.source,
+            "pipeline": self.pipeline,
+            "metrics_topic": self.metrics_topic,
+            "dlq_topic": self.dlq_topic,
+            "source_topics": list(self.source_topics),
+            "group_id": self.group_id,
+        }
+
+    def watch(self) -> ToleranceWatch:
+        if self._watch is None:
+            config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
+            self._watch = ToleranceWatch(kafka_config=config, **self.watch_settings())
+        return self._watch
+
+    def poke(self, context: Context) -> PokeReturnValue | bool:
+        watch = self.watch()
+        holds, reading = watch.check()
+        self.log.info("%s? %s", self.wait_for, watch.describe(reading))
+        if holds and reading is not None:
+            return PokeReturnValue(is_done=True, xcom_value=self.result(reading.as_dict()))
+        return False
+
+    def result(self, reading: dict[str, Any]) -> dict[str, Any]:
+        """The reading plus the limits it was judged against, for notifiers and branches downstream."""
+        return {
+            **reading,
+            "pipeline": self.pipeline,
+            "wait_for": self.wait_for,
+            "max_error_rate": self.max_error_rate,
+            "max_errors": self.max_errors,
+            "min_records": self.min_records,
+            "window_s": self.window_ms / 1000,
+            "dlq_topic": self.dlq_topic,
+        }
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        timeout = timedelta(seconds=float(self.timeout)) if self.timeout else None
+        self.defer(
+            trigger=ToleranceTrigger(
+                watch=self.watch_settings(),
+                poll_interval=float(self.poke_interval),
+                kafka_config_id=self.kafka_config_id,
+            ),
+            method_name="execute_complete",
+            timeout=timeout,
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        if event.get("status") == self.wait_for:
+            return self.result(event["reading"])
+        if event.get("status") == "timeout":
+            raise AirflowSensorTimeout(f"no {self.wait_for} within the timeout; last reading {event.get('reading')}")
+        raise AirflowException(event.get("message", f"tolerance trigger failed: {event}"))

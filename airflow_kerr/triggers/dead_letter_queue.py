@@ -1,0 +1,89 @@
+"""``DeadLetterQueueTrigger``: wait on the triggerer until a DLQ topic gained enough records.
+
+Each poll reads end offsets (a fetch-verified ListOffsets, never a full read) in a
+worker thread, so the event loop never blocks on confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.kafka.dead_letters import dlq_growth, newest_dead_letters
+from airflow_kerr.kafka.offsets import offset_consumer
+
+
+class DeadLetterQueueTrigger(BaseTrigger):
+    """Fire ``tripped`` once ``topic`` holds ``min_records`` more than ``baseline`` (partition -> offset)."""
+
+    def __init__(
+        self,
+        topic: str,
+        baseline: dict[str, int],
+        min_records: int = 1,
+        sample_size: int = 5,
+        poll_interval: float = 10.0,
+        kafka_config_id: str = "kafka_default",
+        deadline: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.topic = topic
+        self.baseline = {str(k): int(v) for k, v in baseline.items()}
+        self.min_records = min_records
+        self.sample_size = sample_size
+        self.poll_interval = poll_interval
+        self.kafka_config_id = kafka_config_id
+        self.deadline = deadline
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "topic": self.topic,
+                "baseline": self.baseline,
+                "min_records": self.min_records,
+                "sample_size": self.sample_size,
+                "poll_interval": self.poll_interval,
+                "kafka_config_id": self.kafka_config_id,
+                "deadline": self.deadline,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        config = await asyncio.to_thread(KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config)
+        baseline = {int(k): v for k, v in self.baseline.items()}
+        consumer = await asyncio.to_thread(offset_consumer, config)
+        try:
+            while True:
+                try:
+                    growth = await asyncio.to_thread(dlq_growth, config, self.topic, baseline, consumer)
+                except Exception as exc:  # confluent-kafka raises KafkaException with no stable subclass
+                    yield TriggerEvent({"status": "error", "message": f"reading {self.topic!r} failed: {exc}"})
+                    return
+                if growth.count >= self.min_records:
+                    sample = await asyncio.to_thread(newest_dead_letters, config, self.topic, growth, self.sample_size)
+                    yield TriggerEvent({"status": "tripped", "result": dead_letter_result(self.topic, growth, sample)})
+                    return
+                if self.deadline is not None and time.time() >= self.deadline:
+                    yield TriggerEvent({"status": "timeout", "count": growth.count})
+                    return
+                self.log.info("%s gained %d of %d records", self.topic, growth.count, self.min_records)
+                await asyncio.sleep(self.poll_interval)
+        finally:
+            await asyncio.to_thread(consumer.close)
+
+
+def dead_letter_result(topic: str, growth: Any, sample: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the sensor returns (XCom): the count, the offsets it was measured between, and the sample."""
+    return {
+        "topic": topic,
+        "count": growth.count,
+        "baseline": {str(k): v for k, v in growth.baseline.items()},
+        "ends": {str(k): v for k, v in growth.ends.items()},
+        "sample": sample,
+    }

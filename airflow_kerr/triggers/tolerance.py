@@ -1,0 +1,64 @@
+"""``ToleranceTrigger``: wait on the triggerer for a tolerance breach, or for recovery from one.
+
+Readings (the metrics topic, or DLQ growth against a group's consumption) are
+taken in a worker thread, so the event loop never blocks on confluent-kafka. The
+DLQ mode keeps its samples in the trigger while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.kafka.tolerance import ToleranceWatch
+
+
+class ToleranceTrigger(BaseTrigger):
+    """Poll a :class:`ToleranceWatch` built from ``watch`` (its plain settings) until its condition holds."""
+
+    def __init__(
+        self,
+        watch: dict[str, Any],
+        poll_interval: float = 30.0,
+        kafka_config_id: str = "kafka_default",
+        deadline: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.watch = watch
+        self.poll_interval = poll_interval
+        self.kafka_config_id = kafka_config_id
+        self.deadline = deadline
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "watch": self.watch,
+                "poll_interval": self.poll_interval,
+                "kafka_config_id": self.kafka_config_id,
+                "deadline": self.deadline,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        config = await asyncio.to_thread(KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config)
+        watch = ToleranceWatch(kafka_config=config, **self.watch)
+        while True:
+            try:
+                holds, reading = await asyncio.to_thread(watch.check)
+            except Exception as exc:  # confluent-kafka raises KafkaException with no stable subclass
+                yield TriggerEvent({"status": "error", "message": f"reading tolerance failed: {exc}"})
+                return
+            if holds and reading is not None:
+                yield TriggerEvent({"status": watch.wait_for, "reading": reading.as_dict()})
+                return
+            if self.deadline is not None and time.time() >= self.deadline:
+                yield TriggerEvent({"status": "timeout", "reading": reading.as_dict() if reading else None})
+                return
+            self.log.info("waiting for %s: %s", watch.wait_for, watch.describe(reading))
+            await asyncio.sleep(self.poll_interval)

@@ -1,0 +1,50 @@
+"""The tolerance guard: pause the downstream sink connector while the orders pipeline breaches its error rate.
+
+wait for a breach (more than 5 % of the records failing over 5 minutes, once at
+least 100 records were seen) → pause ``orders-sink`` → alert → wait for recovery,
+or resume at once when the trigger form's go-ahead box is ticked → resume →
+verify RUNNING. Trigger it when the pipeline starts; it ends once the connector
+runs again.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG, Param
+
+from airflow_kerr.operators.tolerance_guard import GO_AHEAD_PARAM, tolerance_guard
+
+with DAG(
+    dag_id="tolerance_guard",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["kerr", "example"],
+    params={
+        GO_AHEAD_PARAM: Param(
+            False,
+            type="boolean",
+            title="Resume without waiting for recovery",
+            description="Tick to resume the connector right after the alert, e.g. once the cause is fixed upstream.",
+        ),
+        "webhook_url": Param(
+            "",
+            type="string",
+            title="Alert webhook",
+            description="Slack incoming-webhook (or any JSON webhook) URL; empty sends the alert to the log only.",
+        ),
+    },
+) as dag:
+    tolerance_guard(
+        connectors="orders-sink",
+        pipeline="orders_pipeline",
+        metrics_topic="kerr.metrics",
+        dlq_topic="orders.dlq",
+        max_error_rate=0.05,
+        min_records=100,
+        window=timedelta(minutes=5),
+        poke_interval=15,
+        notifier={"webhook_url": "{{ params.webhook_url }}"},
+    )

@@ -1,0 +1,161 @@
+"""The closed loop: a breach in the real job's metrics pauses a connector on the Connect stand-in, alerts,
+and resumes it after recovery."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_kerr.examples.orders import generate_orders
+from airflow_kerr.local.connect import SINK_CONNECTOR_CLASS, ConnectStandIn
+from airflow_kerr.spark.job import run_job
+from airflow_kerr.spark.spec import PipelineSpec
+
+pytestmark = [pytest.mark.spark, pytest.mark.airflow]
+POKE_INTERVAL_S = 3.0
+
+
+@pytest.fixture
+def connect(kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConnectStandIn]:
+    standin = ConnectStandIn(kafka_bootstrap, tmp_path / "connect", transition_delay_s=0.2).start()
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT",
+        json.dumps({"conn_type": "kafka_connect", "host": standin.host, "port": standin.port, "schema": "http"}),
+    )
+    yield standin
+    standin.stop(close_timeout_s=0.5)
+
+
+@pytest.fixture
+def webhook() -> Iterator[tuple[str, list[Any]]]:
+    received: list[Any] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/alerts", received
+    server.shutdown()
+
+
+def guard_dag(write_dag: Callable[[str, str], Any], dag_id: str, **guard: Any) -> Any:
+    """A DAG file holding one guard, written where dag.test() can run it."""
+    return write_dag(
+        dag_id,
+        "import pendulum\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow_kerr.operators.tolerance_guard import tolerance_guard\n"
+        f"with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1)):\n"
+        f"    tolerance_guard(**{guard!r})\n",
+    )
+
+
+def test_example_guard_dag_parses(load_dag: Callable[[str], Any]) -> None:
+    dag = load_dag("tolerance_guard")
+    assert {t.task_id.split(".")[-1] for t in dag.tasks} >= {
+        "wait_for_breach",
+        "pause_connectors",
+        "notify",
+        "recovery_or_go_ahead",
+        "wait_for_recovery",
+        "resume_connectors",
+        "verify_running",
+    }
+
+
+def test_breach_pauses_alerts_and_recovery_resumes(
+    spark: Any,
+    kafka_config: dict[str, Any],
+    create_topic: Callable[..., str],
+    unique_topic: str,
+    connect: ConnectStandIn,
+    webhook: tuple[str, list[Any]],
+    run_dag: Callable[..., dict[str, str | None]],
+    monkeypatch: pytest.MonkeyPatch,
+    write_dag: Callable[[str, str], Any],
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": kafka_config}))
+    topic = create_topic(unique_topic, partitions=2)
+    for suffix in (".clean", ".dlq", ".metrics"):
+        create_topic(topic + suffix)
+    connect.add_connector(
+        "orders-sink", {"connector.class": SINK_CONNECTOR_CLASS, "topics": f"{topic}.clean", "file": "orders.jsonl"}
+    )
+    spec = PipelineSpec.from_dict(
+        {
+            "name": "guarded",
+            "source": {"topics": [topic], "group_id": f"{topic}-g"},
+            "value_converter": "json",
+            "transformations": ["airflow_kerr.examples.orders.validate_order"],
+            "sink": {"kind": "kafka", "topic": f"{topic}.clean"},
+            "kafka": kafka_config,
+            "metrics_topic": f"{topic}.metrics",
+            "errors": {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": f"{topic}.dlq"},
+        }
+    )
+    url, received = webhook
+    dag = guard_dag(
+        write_dag,
+        f"guard_{unique_topic[-8:]}",
+        connectors="orders-sink",
+        pipeline="guarded",
+        metrics_topic=f"{topic}.metrics",
+        dlq_topic=f"{topic}.dlq",
+        max_error_rate=0.05,
+        min_records=100,
+        window=60,
+        poke_interval=POKE_INTERVAL_S,
+        breach_timeout=180,
+        recovery_timeout=180,
+        notifier={"webhook_url": url},
+    )
+    timeline: dict[str, float] = {}
+    failures: list[BaseException] = []
+
+    def pipeline_runs() -> None:
+        try:
+            time.sleep(2 * POKE_INTERVAL_S)
+            generate_orders(kafka_config, topic, 300, malformed_every=0, invalid_every=4, flaky_every=0)
+            run_job(spark, spec, run_id="poisoned")
+            timeline["breach"] = time.time()
+            deadline = time.time() + 120
+            while connect.status("orders-sink")["connector"]["state"] != "PAUSED":
+                assert time.time() < deadline, "the guard never paused the connector"
+                time.sleep(0.05)
+            timeline["paused"] = time.time()
+            generate_orders(kafka_config, topic, 4000, malformed_every=0, invalid_every=0, flaky_every=0)
+            run_job(spark, spec, run_id="clean")
+            timeline["clean"] = time.time()
+        except BaseException as exc:
+            failures.append(exc)
+
+    background = threading.Thread(target=pipeline_runs)
+    background.start()
+    states = run_dag(dag)
+    background.join(timeout=300)
+
+    assert not failures, failures
+    assert all(state == "success" for state in states.values()), states
+    assert timeline["paused"] - timeline["breach"] <= 2 * POKE_INTERVAL_S, timeline
+    assert timeline["paused"] < timeline["clean"]
+    assert connect.status("orders-sink")["connector"]["state"] == "RUNNING"
+    (alert,) = received
+    assert alert["kerr"]["pipeline"] == "guarded"
+    assert alert["kerr"]["error_rate"] == pytest.approx(75 / 300)
+    assert alert["kerr"]["max_error_rate"] == 0.05
+    assert alert["kerr"]["dlq_topic"] == f"{topic}.dlq"
+    assert alert["text"].startswith("Tolerance breached in pipeline guarded: error rate 25.00%")

@@ -1,0 +1,332 @@
+"""DLQ and tolerance sensors, their triggers and the breach notifier, against the real broker and real Spark metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
+from airflow_kerr.errors.config import HeaderFormat
+from airflow_kerr.examples.orders import generate_orders
+from airflow_kerr.kafka.tolerance import ToleranceWatch
+from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
+from airflow_kerr.sensors.dead_letter_queue import DeadLetterQueueSensor
+from airflow_kerr.sensors.tolerance import ToleranceSensor
+from airflow_kerr.spark.job import run_job
+from airflow_kerr.spark.spec import PipelineSpec
+from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueTrigger
+from airflow_kerr.triggers.tolerance import ToleranceTrigger
+
+
+@pytest.fixture
+def kafka_connection(kafka_config: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": kafka_config}))
+    return "kafka_default"
+
+
+def write_dead_letters(kafka_config: dict[str, Any], dlq: str, source: str, count: int) -> None:
+    """DLQ records in Connect's format, as the job writes them, built with the core."""
+    producer = Producer(kafka_config)
+    for offset in range(count):
+        record = SourceRecord(source, 0, offset, 1_795_250_000_000 + offset, key=b"k", value=b"{bad")
+        try:
+            json.loads(b"{bad")
+        except ValueError as error:
+            context = ErrorContext(
+                task=TaskId("orders", 0),
+                stage=Stage.VALUE_CONVERTER,
+                executing_class="airflow_kerr.spark.stages.JsonConverter",
+                error=error,
+                record=record,
+            )
+        letter = build_dead_letter_record(
+            context, topic=dlq, header_format=HeaderFormat.CONNECT, context_headers=True, copy_record=True
+        )
+        producer.produce(**letter.produce_kwargs())
+    assert producer.flush(10) == 0
+
+
+def poke_once(sensor: Any) -> Any:
+    return sensor.poke({})
+
+
+def test_dlq_sensor_trips_on_growth_since_task_start_with_a_parsed_sample(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str, kafka_connection: str
+) -> None:
+    dlq = create_topic(f"{unique_topic}.dlq", partitions=2)
+    write_dead_letters(kafka_config, dlq, "orders", 4)
+    sensor = DeadLetterQueueSensor(task_id="dlq", topic=dlq, min_records=3, sample_size=2)
+
+    assert poke_once(sensor) is False
+    write_dead_letters(kafka_config, dlq, "orders", 2)
+    assert poke_once(sensor) is False
+    write_dead_letters(kafka_config, dlq, "orders", 1)
+    result = poke_once(sensor)
+
+    assert result.is_done and result.xcom_value["count"] == 3
+    sample = result.xcom_value["sample"]
+    assert len(sample) == 2
+    assert sample[0]["stage"] == "VALUE_CONVERTER"
+    assert sample[0]["exception_class"] == "json.decoder.JSONDecodeError"
+    assert sample[0]["source_topic"] == "orders" and sample[0]["source_partition"] == 0
+
+
+def test_dlq_sensor_counts_what_a_group_has_not_consumed(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str, kafka_connection: str
+) -> None:
+    dlq = create_topic(f"{unique_topic}.dlq")
+    write_dead_letters(kafka_config, dlq, "orders", 5)
+    sensor = DeadLetterQueueSensor(task_id="dlq", topic=dlq, since="group:never-read", min_records=5)
+    assert poke_once(sensor).xcom_value["count"] == 5
+    explicit = DeadLetterQueueSensor(task_id="dlq2", topic=dlq, since={0: 3}, min_records=3)
+    assert poke_once(explicit) is False
+
+
+def test_dlq_sensor_rejects_bad_arguments_naming_them() -> None:
+    with pytest.raises(ValueError, match=r"since='yesterday'"):
+        DeadLetterQueueSensor(task_id="a", topic="d", since="yesterday")
+    with pytest.raises(ValueError, match=r"min_records=0"):
+        DeadLetterQueueSensor(task_id="b", topic="d", min_records=0)
+    with pytest.raises(ValueError, match="mode='reschedule'"):
+        DeadLetterQueueSensor(task_id="c", topic="d", mode="reschedule")
+
+
+@pytest.mark.parametrize(
+    "trigger",
+    [
+        DeadLetterQueueTrigger(topic="orders.dlq", baseline={"0": 4, "1": 0}, min_records=3, poll_interval=2.0),
+        ToleranceTrigger(
+            watch=ToleranceSensor(
+                task_id="t", pipeline="orders", max_error_rate=0.05, min_records=10, window=60
+            ).watch_settings(),
+            poll_interval=1.0,
+        ),
+    ],
+)
+def test_triggers_serialize_to_a_classpath_and_plain_kwargs(trigger: Any) -> None:
+    classpath, kwargs = trigger.serialize()
+    module, _, name = classpath.rpartition(".")
+    rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
+    assert rebuilt.serialize() == (classpath, kwargs)
+    assert json.loads(json.dumps(kwargs)) == kwargs
+
+
+async def _first_event(trigger: Any, timeout: float) -> Any:
+    async def first() -> Any:
+        async for event in trigger.run():
+            return event.payload
+
+    return await asyncio.wait_for(first(), timeout)
+
+
+def test_dlq_trigger_fires_without_blocking_the_event_loop(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str, kafka_connection: str
+) -> None:
+    dlq = create_topic(f"{unique_topic}.dlq")
+    trigger = DeadLetterQueueTrigger(topic=dlq, baseline={"0": 0}, min_records=2, poll_interval=0.2)
+
+    async def scenario() -> tuple[Any, int]:
+        ticks = 0
+
+        async def heartbeat() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        beat = asyncio.create_task(heartbeat())
+        waiting = asyncio.create_task(_first_event(trigger, 30))
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(write_dead_letters, kafka_config, dlq, "orders", 2)
+        event = await waiting
+        beat.cancel()
+        return event, ticks
+
+    event, ticks = asyncio.run(scenario())
+    assert event["status"] == "tripped" and event["result"]["count"] == 2
+    assert ticks >= 15, "the event loop was blocked while the trigger polled"
+
+
+@pytest.fixture
+def orders_metrics(
+    spark: Any, kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> Callable[..., str]:
+    """Run the real job over a fresh batch of orders and return the metrics topic."""
+    topic = create_topic(unique_topic, partitions=2)
+    for suffix in (".clean", ".dlq", ".metrics"):
+        create_topic(topic + suffix)
+
+    def run(count: int, malformed_every: int) -> str:
+        generate_orders(kafka_config, topic, count, malformed_every=malformed_every, invalid_every=0, flaky_every=0)
+        spec = PipelineSpec.from_dict(
+            {
+                "name": topic,
+                "source": {"topics": [topic], "group_id": f"{topic}-g"},
+                "sink": {"kind": "kafka", "topic": f"{topic}.clean"},
+                "kafka": kafka_config,
+                "metrics_topic": f"{topic}.metrics",
+                "errors": {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": f"{topic}.dlq"},
+            }
+        )
+        run_job(spark, spec, run_id=f"run-{count}-{malformed_every}")
+        return topic
+
+    return run
+
+
+@pytest.mark.spark
+def test_tolerance_sensor_breach_needs_enough_records_then_trips(
+    kafka_config: dict[str, Any], orders_metrics: Callable[..., str], kafka_connection: str
+) -> None:
+    topic = orders_metrics(40, malformed_every=4)
+    sensor = ToleranceSensor(
+        task_id="breach",
+        pipeline=topic,
+        metrics_topic=f"{topic}.metrics",
+        window=300,
+        max_error_rate=0.05,
+        min_records=100,
+    )
+    assert poke_once(sensor) is False, "40 records are under min_records=100: no breach yet"
+
+    orders_metrics(200, malformed_every=4)
+    result = poke_once(sensor)
+
+    assert result.is_done
+    reading = result.xcom_value
+    assert reading["records_in"] == 240 and reading["errors"] == 60
+    assert reading["error_rate"] == pytest.approx(0.25)
+    assert reading["max_error_rate"] == 0.05 and reading["pipeline"] == topic
+
+
+@pytest.mark.spark
+def test_tolerance_sensor_recovery_after_clean_records(
+    kafka_config: dict[str, Any], orders_metrics: Callable[..., str], kafka_connection: str
+) -> None:
+    topic = orders_metrics(200, malformed_every=0)
+    recovery = ToleranceSensor(
+        task_id="recovery",
+        pipeline=topic,
+        metrics_topic=f"{topic}.metrics",
+        window=300,
+        max_error_rate=0.05,
+        min_records=100,
+        wait_for="recovery",
+    )
+    result = poke_once(recovery)
+    assert result.is_done and result.xcom_value["errors"] == 0
+
+
+def test_metrics_free_mode_divides_dlq_growth_by_group_consumption(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    source = create_topic(unique_topic)
+    dlq = create_topic(f"{unique_topic}.dlq")
+    watch = ToleranceWatch(
+        kafka_config=kafka_config,
+        wait_for="breach",
+        window_ms=60_000,
+        max_error_rate=0.1,
+        max_errors=None,
+        min_records=50,
+        source="dlq",
+        dlq_topic=dlq,
+        source_topics=[source],
+        group_id=f"{unique_topic}-sink",
+    )
+    assert watch.check() == (False, None)
+    consumer = Consumer({**kafka_config, "group.id": f"{unique_topic}-sink"})
+    consumer.commit(offsets=[TopicPartition(source, 0, 100)], asynchronous=False)
+    consumer.close()
+    write_dead_letters(kafka_config, dlq, source, 20)
+
+    holds, reading = watch.check()
+
+    assert holds and reading is not None
+    assert (reading.records_in, reading.errors) == (100, 20)
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    received: list[Any] = []
+    fail_first: int = 0
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).received.append(body)
+        failing = len(type(self).received) <= type(self).fail_first
+        self.send_response(503 if failing else 200)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@pytest.fixture
+def webhook() -> Iterator[tuple[str, type[_Receiver]]]:
+    handler = type("Receiver", (_Receiver,), {"received": [], "fail_first": 0})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/hook", handler
+    server.shutdown()
+
+
+BREACH = {
+    "pipeline": "orders_pipeline",
+    "error_rate": 0.25,
+    "max_error_rate": 0.05,
+    "errors": 60,
+    "max_errors": None,
+    "records_in": 240,
+    "window_s": 300,
+    "dlq_topic": "orders.dlq",
+}
+SAMPLE = [
+    {"stage": "VALUE_CONVERTER", "exception_class": "json.decoder.JSONDecodeError"},
+    {"stage": "VALUE_CONVERTER", "exception_class": "json.decoder.JSONDecodeError"},
+    {"stage": "TRANSFORMATION", "exception_class": "airflow_kerr.examples.orders.InvalidOrder"},
+]
+
+
+def test_notifier_posts_a_slack_compatible_breach_message(webhook: tuple[str, type[_Receiver]]) -> None:
+    url, receiver = webhook
+    ToleranceBreachNotifier(webhook_url=url, reading=BREACH, sample=SAMPLE).notify({})
+
+    (payload,) = receiver.received
+    assert payload["text"].startswith("Tolerance breached in pipeline orders_pipeline: error rate 25.00%")
+    assert payload["blocks"][0]["type"] == "section"
+    assert "Dead letter queue: orders.dlq" in payload["blocks"][0]["text"]["text"]
+    details = payload["kerr"]
+    assert details["event"] == "tolerance_breach"
+    assert details["top_exception_classes"][0] == ["json.decoder.JSONDecodeError", 2]
+    assert details["top_stages"] == [["VALUE_CONVERTER", 2], ["TRANSFORMATION", 1]]
+
+
+def test_a_failing_webhook_is_retried_then_logged_never_raised(webhook: tuple[str, type[_Receiver]]) -> None:
+    url, receiver = webhook
+    receiver.fail_first = 5
+    notifier = ToleranceBreachNotifier(webhook_url=url, reading=BREACH, webhook_attempts=3, webhook_backoff_s=0.01)
+    notifier.notify({})
+    assert len(receiver.received) == 3
+
+    receiver.fail_first = 1
+    receiver.received.clear()
+    assert notifier.send_webhook(notifier.payload(notifier.details({}))) is True
+    assert len(receiver.received) == 2
+
+
+def test_notifier_to_an_unreachable_webhook_does_not_raise() -> None:
+    notifier = ToleranceBreachNotifier(
+        webhook_url="http://127.0.0.1:9/nothing", reading=BREACH, webhook_attempts=2, webhook_backoff_s=0.01
+    )
+    notifier.notify({})
