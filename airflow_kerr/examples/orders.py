@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_kerr.errors import RetriableError
+from airflow_kerr.kafka.replay_select import ReplayRecord
 from airflow_kerr.spark.stages import PipelineRecord
 
 _FAILED_ONCE: set[tuple[str, int, int]] = set()
@@ -121,4 +122,26 @@ def enrich_order(record: PipelineRecord) -> PipelineRecord:
             _FAILED_ONCE.add(coordinates)
             raise TransientLookupError(f"customer lookup timed out for order {order['id']}")
     order["amount_cents"] = round(order["amount"] * 100)
+    return record
+
+
+def repair_order(record: ReplayRecord) -> ReplayRecord | None:
+    """The replay fix for this example's DLQ: a negative amount becomes its absolute value.
+
+    A malformed order cannot be repaired (its bytes were cut short), so the JSON error is
+    raised: the replay parks the record with that error as the reason, for a person to look
+    at, rather than dropping data. An order with a zero amount is dropped (returns None):
+    there is nothing to charge.
+    """
+    order = json.loads(record.value or b"")
+    if not isinstance(order, dict) or "id" not in order:
+        raise InvalidOrder(f"not an order: {order!r}")
+    amount = order.get("amount")
+    if not isinstance(amount, (int, float)):
+        raise InvalidOrder(f"order {order['id']} has no numeric amount: {amount!r}")
+    if amount == 0:
+        return None
+    order["amount"] = abs(amount)
+    order["repaired"] = True
+    record.value = json.dumps(order).encode()
     return record

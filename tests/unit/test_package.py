@@ -58,7 +58,9 @@ def test_airflow_providers_list_shows_the_provider() -> None:
     assert "airflow-provider-kerr" in result.stdout
 
 
-@pytest.mark.parametrize("module", ["airflow_kerr", "airflow_kerr.errors", "airflow_kerr.kafka.offsets"])
+@pytest.mark.parametrize(
+    "module", ["airflow_kerr", "airflow_kerr.errors", "airflow_kerr.kafka.offsets", "airflow_kerr.kafka.replay"]
+)
 def test_executor_side_modules_import_without_airflow_or_spark(module: str) -> None:
     code = BLOCK_AIRFLOW_AND_SPARK + f"import {module}\nprint('ok')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)

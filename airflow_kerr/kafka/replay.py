@@ -1,0 +1,484 @@
+"""The DLQ replay engine: read a DLQ with a replay group, decide per record, write exactly once.
+
+A run is bounded: before any record is read it checks the topics, plans the range of
+each DLQ partition (the replay group's committed offset, or the start of the partition,
+up to the fetch-verified end offset) and fences any older replay with the same
+``transactional.id``. Each batch is then parsed by the core, selected, fixed and routed
+(:mod:`airflow_kerr.kafka.replay_select`), and written with the replay group's offsets
+in one transaction (:mod:`airflow_kerr.kafka.replay_txn`). An aborted batch is retried
+from the last committed offsets with Connect's backoff, a bounded number of times.
+No Airflow imports: the operator is a thin shell around :class:`DlqReplay`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from airflow_kerr.errors import KafkaErrorKind, backoff_delay_ms, classify_kafka_error
+from airflow_kerr.errors import parse_dead_letter as parse
+from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, topic_partitions, watermarks
+from airflow_kerr.kafka.replay_options import InvalidReplayOptions, ReplayOptions
+from airflow_kerr.kafka.replay_pacing import STOP_CHECK_S, Progress, RateLimiter
+from airflow_kerr.kafka.replay_select import ReplayPolicy, ReplayRecord, decide
+from airflow_kerr.kafka.replay_summary import BatchCounts, ReplayPlan, ReplaySummary, partition_ranges
+from airflow_kerr.kafka.replay_txn import (
+    BatchAborted,
+    ProducerLike,
+    ReplayFatalError,
+    TransactionalWriter,
+    describe_error,
+)
+
+#: Attempts of one batch that keeps hitting abortable errors before the run fails.
+DEFAULT_MAX_BATCH_ATTEMPTS = 5
+
+
+class LogLike(Protocol):
+    """What the engine logs through: a stdlib logger or an Airflow task logger."""
+
+    def info(self, msg: Any, /, *args: Any) -> Any: ...
+
+    def warning(self, msg: Any, /, *args: Any) -> Any: ...
+
+
+class ReplayRetriesExhausted(RuntimeError):
+    """A batch was aborted on every allowed attempt; the replay group stays at its last committed offsets."""
+
+
+def _producer(config: dict[str, Any]) -> ProducerLike:
+    producer: Any = Producer(config)
+    return producer
+
+
+class DlqReplay:
+    """Replays one DLQ topic with the given options; :meth:`run` once, :meth:`stop` from anywhere.
+
+    ``transactional_id_prefix`` should be stable per DAG and task (the operator uses
+    ``kerr-replay.<dag_id>.<task_id>``): the DLQ topic and partition set are appended, so
+    a restarted task fences its zombie. ``producer_factory`` builds the transactional
+    producer from its config; tests wrap it to inject client errors.
+    """
+
+    def __init__(
+        self,
+        kafka_config: Mapping[str, Any],
+        options: ReplayOptions,
+        *,
+        run_id: str,
+        transactional_id_prefix: str = "kerr-replay",
+        log: LogLike | None = None,
+        producer_factory: Callable[[dict[str, Any]], ProducerLike] | None = None,
+        max_batch_attempts: int = DEFAULT_MAX_BATCH_ATTEMPTS,
+        retry_backoff_max_ms: int = 10_000,
+        idle_timeout_s: float = 30.0,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.kafka_config = dict(kafka_config)
+        self.options = options
+        self.run_id = run_id
+        self.transactional_id_prefix = transactional_id_prefix
+        self.log: LogLike = log or logging.getLogger(__name__)
+        self.producer_factory = producer_factory or _producer
+        self.max_batch_attempts = max_batch_attempts
+        self.retry_backoff_max_ms = retry_backoff_max_ms
+        self.idle_timeout_s = idle_timeout_s
+        self.timeout_s = timeout_s
+        self._stop_requested = False
+        self._known_topics: dict[str, bool] = {}
+        self._metadata: Consumer | None = None
+
+    def stop(self) -> None:
+        """Ask the run to stop: the open transaction is aborted and nothing more is committed.
+
+        Safe from a signal handler or another thread (it only sets a flag).
+        """
+        self._stop_requested = True
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested
+
+    # -- planning ------------------------------------------------------------------------------------
+
+    def _topic_exists(self, topic: str) -> bool:
+        """Whether ``topic`` exists, from one cluster-wide metadata snapshot and a look-up for any other.
+
+        The snapshot is taken before the offset look-ups: librdkafka answers a metadata request
+        for a topic it has not seen yet half a second late once the consumer was assigned.
+        """
+        if not self._known_topics:
+            assert self._metadata is not None
+            listed = self._metadata.list_topics(timeout=self.timeout_s).topics
+            self._known_topics.update({name: True for name, md in listed.items() if md.error is None})
+        if topic not in self._known_topics:
+            assert self._metadata is not None
+            try:
+                topic_partitions(self._metadata, topic, self.timeout_s)
+                self._known_topics[topic] = True
+            except OffsetLookupError:
+                self._known_topics[topic] = False
+        return self._known_topics[topic]
+
+    def _check_topics(self, metadata: Consumer) -> list[int]:
+        """The DLQ's partitions; every unknown topic the options name is reported at once."""
+        o = self.options
+        problems: list[str] = []
+        partitions: list[int] = []
+        try:
+            partitions = [p for _, p in topic_partitions(metadata, o.dlq_topic, self.timeout_s)]
+        except OffsetLookupError as error:
+            problems.append(f"dlq_topic={o.dlq_topic!r}: {error}")
+        if o.target_topic and not self._topic_exists(o.target_topic):
+            problems.append(f"target_topic={o.target_topic!r}: the topic does not exist; create it first")
+        if not o.target_topic:
+            missing = sorted(t for t in o.selection.source_topics if not self._topic_exists(t))
+            if missing:
+                problems.append(
+                    f"source_topics={sorted(o.selection.source_topics)!r}: {missing!r} do not exist, so their "
+                    "records cannot go back; create them or set target_topic"
+                )
+        if problems:
+            raise InvalidReplayOptions(problems)
+        self._topic_exists(o.parking_topic)
+        return partitions
+
+    def plan(
+        self, committed: Mapping[int, int], marks: Mapping[int, tuple[int, int]], partitions: list[int]
+    ) -> ReplayPlan:
+        """Start at the committed offset (or the partition start), clipped to the offset range."""
+        selection = self.options.selection
+        starts: dict[int, int] = {}
+        ends: dict[int, int] = {}
+        for p in partitions:
+            low, high = marks[p]
+            start = committed.get(p, -1)
+            start = max(low if start < 0 else start, low, selection.start_offset or 0)
+            end = high if selection.end_offset is None else min(high, selection.end_offset)
+            starts[p], ends[p] = min(start, end), end
+        return ReplayPlan(
+            partitions,
+            starts,
+            ends,
+            self.transactional_id(partitions),
+            not self._topic_exists(self.options.parking_topic),
+        )
+
+    def transactional_id(self, partitions: Sequence[int]) -> str:
+        """Stable per prefix (DAG and task), DLQ topic and partition set, so a restarted run fences its zombie."""
+        return f"{self.transactional_id_prefix}.{self.options.dlq_topic}.p{partition_ranges(partitions)}"
+
+    # -- the run ---------------------------------------------------------------------------------------
+
+    def run(self) -> ReplaySummary:
+        """Replay (or, with ``dry_run``, count) every selected record in the planned range."""
+        o = self.options
+        started = time.monotonic()
+        self._metadata = offset_consumer(self.kafka_config)
+        consumer: Consumer | None = None
+        writer: TransactionalWriter | None = None
+        fatal = False
+        try:
+            partitions = self._check_topics(self._metadata)
+            tid = self.transactional_id(partitions)
+            if not o.dry_run:
+                writer = TransactionalWriter(
+                    self.producer_factory({**self.kafka_config, "transactional.id": tid}), timeout_s=self.timeout_s
+                )
+                writer.init()
+            consumer = Consumer(
+                {
+                    **self.kafka_config,
+                    "group.id": o.group_id,
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": False,
+                }
+            )
+            tps = [TopicPartition(o.dlq_topic, p) for p in partitions]
+            committed = {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=self.timeout_s)}
+            marks = {p: lh for (_, p), lh in watermarks(self._metadata, [(o.dlq_topic, p) for p in partitions]).items()}
+            plan = self.plan(committed, marks, partitions)
+            summary = ReplaySummary(
+                self.run_id,
+                o.dlq_topic,
+                o.group_id,
+                plan.transactional_id,
+                o.dry_run,
+                total=plan.total,
+                start_offsets=dict(plan.start_offsets),
+                end_offsets=dict(plan.end_offsets),
+            )
+            self._prepare_parking(plan, summary)
+            self.log.info(
+                "replaying %s (partitions %s, %d records to read) with group %s, transactional.id %s%s",
+                o.dlq_topic,
+                partition_ranges(partitions),
+                plan.total,
+                o.group_id,
+                tid,
+                " (dry run)" if o.dry_run else "",
+            )
+            self._loop(consumer, writer, plan, summary)
+            summary.seconds = round(time.monotonic() - started, 3)
+            if writer is not None:
+                summary.transactions, summary.commit_retries = writer.commits, writer.commit_retries
+            return summary
+        except ReplayFatalError:
+            fatal = True
+            raise
+        finally:
+            if writer is not None and writer.in_transaction and not fatal:
+                try:
+                    writer.abort()
+                except ReplayFatalError as error:
+                    self.log.warning("could not abort the open transaction: %s", error)
+            if writer is not None:
+                close = getattr(writer.producer, "close", None)
+                if close is not None:
+                    close()
+            if consumer is not None:
+                consumer.close()
+            self._metadata.close()
+            self._metadata = None
+
+    def _prepare_parking(self, plan: ReplayPlan, summary: ReplaySummary) -> None:
+        if not plan.create_parking_topic:
+            return
+        name = self.options.parking_topic
+        if self.options.dry_run:
+            summary.notes.append(f"parking topic {name!r} does not exist; a real run creates it")
+            return
+        admin = AdminClient(self.kafka_config)
+        admin.create_topics([NewTopic(name, len(plan.partitions))])[name].result(self.timeout_s)
+        self._known_topics[name] = True
+        summary.notes.append(f"created parking topic {name!r} with {len(plan.partitions)} partitions")
+        self.log.info("created the parking topic %s", name)
+
+    def _loop(
+        self, consumer: Consumer, writer: TransactionalWriter | None, plan: ReplayPlan, summary: ReplaySummary
+    ) -> None:
+        """Read, decide and write batch by batch until the planned ends, a stop, ``max_records`` or idleness.
+
+        ``positions`` run ahead of ``committed`` only while a batch is in flight, or while batches
+        that wrote nothing (every record skipped or dropped) wait to ride on the next transaction;
+        ``pending`` holds their counts, added to the summary once committed.
+        """
+        o = self.options
+        policy = ReplayPolicy(
+            o.dlq_topic,
+            self.run_id,
+            o.parking_topic,
+            o.target_topic,
+            o.target_allowlist,
+            o.max_replays,
+            o.fix,
+            self._topic_exists,
+        )
+        ends = plan.end_offsets
+        committed = {p: plan.start_offsets[p] for p in plan.partitions}
+        positions = dict(committed)
+        pending = BatchCounts()
+        batch_size = o.batch_size
+        pace: Callable[[], bool] | None = None
+        if o.max_records_per_second is not None and writer is not None:
+            pace = RateLimiter(o.max_records_per_second, stopped=lambda: self._stop_requested).acquire
+            batch_size = min(batch_size, max(1, int(o.max_records_per_second)))
+        progress = Progress(f"replay {o.dlq_topic}", plan.total, o.progress_interval_s, self.log.info)
+
+        def rewind() -> None:
+            positions.update(committed)
+            pending.clear()
+            consumer.assign(
+                [TopicPartition(o.dlq_topic, p, positions[p]) for p in plan.partitions if positions[p] < ends[p]]
+            )
+
+        def settle() -> None:
+            committed.update(positions)
+            summary.add(pending)
+            pending.clear()
+            progress.update(summary.scanned, summary.replayed, summary.parked, summary.dropped)
+
+        rewind()
+        attempt = 0
+        last_progress = time.monotonic()
+        while any(positions[p] < ends[p] for p in plan.partitions):
+            if self._stop_requested:
+                summary.status = "stopped"
+                break
+            budget = None if o.max_records is None else o.max_records - summary.selected - pending.selected
+            if budget is not None and budget <= 0:
+                summary.status = "max_records"
+                break
+            # Never ask for more than is left, or the last consume waits out its whole timeout.
+            left = sum(ends[p] - positions[p] for p in plan.partitions if positions[p] < ends[p])
+            messages = consumer.consume(max(1, min(batch_size, left)), 0.5)
+            outputs, counts, next_positions = self._process(messages, positions, ends, policy, budget)
+            if not messages:
+                self._past_control_records(consumer, next_positions, ends)
+            if next_positions == positions:
+                if time.monotonic() - last_progress > self.idle_timeout_s:
+                    summary.status = "idle"
+                    summary.notes.append(f"no record arrived for {self.idle_timeout_s:.0f} s before the planned end")
+                    break
+                continue
+            last_progress = time.monotonic()
+            positions.update(next_positions)
+            pending.merge(counts)
+            if writer is None:
+                settle()
+                continue
+            if not outputs:
+                progress.update(summary.scanned + pending.scanned, summary.replayed, summary.parked, summary.dropped)
+                continue
+            try:
+                if not writer.write(
+                    outputs, self._offsets(positions, committed), consumer.consumer_group_metadata(), pace
+                ):
+                    positions.update(committed)
+                    summary.status = "stopped"
+                    break
+            except BatchAborted as error:
+                attempt += 1
+                summary.aborted_batches += 1
+                if attempt >= self.max_batch_attempts:
+                    raise ReplayRetriesExhausted(
+                        f"a batch of {o.dlq_topic} starting at offsets {committed} was aborted {attempt} times; "
+                        f"the replay group stays there. Last cause: {error}"
+                    ) from error
+                if not self._backoff(attempt):
+                    positions.update(committed)
+                    summary.status = "stopped"
+                    break
+                rewind()
+                continue
+            attempt = 0
+            settle()
+        if writer is not None and positions != committed:
+            try:
+                writer.write([], self._offsets(positions, committed), consumer.consumer_group_metadata())
+                settle()
+            except BatchAborted as error:
+                summary.notes.append(
+                    f"the offsets of the last records, which wrote nothing, were not committed: {error}"
+                )
+        if writer is not None:
+            moved = {p for p, n in committed.items() if n != plan.start_offsets[p]}
+            summary.committed_offsets = self._confirm_committed(consumer, committed, moved, summary)
+        progress.update(summary.scanned, summary.replayed, summary.parked, summary.dropped, force=True)
+
+    def _offsets(self, positions: Mapping[int, int], committed: Mapping[int, int]) -> list[TopicPartition]:
+        return [TopicPartition(self.options.dlq_topic, p, n) for p, n in positions.items() if n != committed[p]]
+
+    def _confirm_committed(
+        self, consumer: Consumer, committed: Mapping[int, int], moved: set[int], summary: ReplaySummary
+    ) -> dict[int, int]:
+        """Read the group's offsets back (-1 where it has none); commit directly what the broker did not apply.
+
+        A transaction that carries offsets but no records is valid Kafka, yet Tansu 0.6 ignores
+        its offsets once the producer has committed a transaction with records. Reading the
+        group back once per run catches that and reports the offsets the broker really holds.
+        """
+        tps = [TopicPartition(self.options.dlq_topic, p, n) for p, n in committed.items()]
+        found = {tp.partition: max(tp.offset, -1) for tp in consumer.committed(tps, timeout=self.timeout_s)}
+        missing = [tp for tp in tps if tp.partition in moved and found.get(tp.partition) != tp.offset]
+        if missing:
+            consumer.commit(offsets=missing, asynchronous=False)
+            note = f"the broker had not applied the transactional offsets {missing}; committed them directly"
+            summary.notes.append(note)
+            self.log.warning(note)
+            found.update({tp.partition: tp.offset for tp in missing})
+        return found
+
+    def _process(
+        self,
+        messages: Sequence[Any],
+        positions: Mapping[int, int],
+        ends: Mapping[int, int],
+        policy: ReplayPolicy,
+        budget: int | None,
+    ) -> tuple[list[ReplayRecord], BatchCounts, dict[int, int]]:
+        """Decide every record of one polled batch, in order; stop early when ``budget`` selections are used.
+
+        The hot loop of a replay: names are bound to locals because attribute look-ups per
+        record are a visible share of its cost.
+        """
+        matches = self.options.selection.matches
+        dlq = self.options.dlq_topic
+        counts = BatchCounts()
+        count = counts.count
+        outputs: list[ReplayRecord] = []
+        written = outputs.append
+        next_positions = dict(positions)
+        scanned = selected = 0
+        limit = -1 if budget is None else budget
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    self._consumer_error(error)
+                continue
+            partition, offset = message.partition(), message.offset()
+            if offset < next_positions[partition]:
+                continue
+            if offset >= ends[partition]:
+                next_positions[partition] = ends[partition]
+                continue
+            headers = message.headers() or []
+            kind, ts = message.timestamp()
+            letter = parse(
+                headers,
+                message.key(),
+                message.value(),
+                topic=dlq,
+                partition=partition,
+                offset=offset,
+                timestamp=ts if kind and ts >= 0 else None,
+            )
+            if matches(letter):
+                if selected == limit:
+                    break
+                selected += 1
+                decision = decide(letter, headers, policy)
+                count(decision, letter)
+                if decision.record is not None:
+                    written(decision.record)
+            scanned += 1
+            next_positions[partition] = offset + 1
+        counts.scanned, counts.selected = scanned, selected
+        return outputs, counts, next_positions
+
+    def _past_control_records(self, consumer: Consumer, positions: dict[int, int], ends: Mapping[int, int]) -> None:
+        """Move a partition to its end when the consumer is there but the last offsets were no records.
+
+        A transactionally written DLQ ends with commit markers: they take offsets below the end
+        offset but are never returned, so only the consumer's position shows the partition is done.
+        """
+        waiting = [TopicPartition(self.options.dlq_topic, p) for p, n in positions.items() if n < ends[p]]
+        for tp in consumer.position(waiting) if waiting else []:
+            if tp.offset >= ends[tp.partition]:
+                positions[tp.partition] = ends[tp.partition]
+
+    def _consumer_error(self, error: KafkaError) -> None:
+        if classify_kafka_error(error) is KafkaErrorKind.FATAL:
+            raise ReplayFatalError(f"the replay consumer failed: {describe_error(error)}")
+        self.log.warning("consumer error (the client retries it): %s", describe_error(error))
+
+    def _backoff(self, attempt: int) -> bool:
+        """Connect's backoff before retrying an aborted batch; False when a stop came during the wait."""
+        delay_s = backoff_delay_ms(attempt, 0, math.inf, self.retry_backoff_max_ms, random.randrange) / 1000
+        self.log.warning("retrying the aborted batch in %.1f s (attempt %d)", delay_s, attempt + 1)
+        deadline = time.monotonic() + delay_s
+        while time.monotonic() < deadline:
+            if self._stop_requested:
+                return False
+            time.sleep(min(STOP_CHECK_S, deadline - time.monotonic()))
+        return not self._stop_requested

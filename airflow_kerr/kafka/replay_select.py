@@ -1,0 +1,267 @@
+"""What a DLQ replay does with one dead letter: skip it, replay it, drop it, or park it.
+
+Pure decisions with no Kafka client, so every rule is unit-tested without a broker.
+A replayed record is the original record (error headers removed by the core parser)
+with lineage headers that make loops visible: ``__kerr.replay.count`` travels with the
+record, so when a replayed record fails again and comes back to the DLQ, the next
+replay sees how often it went round and parks it instead of looping.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cached_property
+
+from airflow_kerr.errors import DeadLetterRecord, Header, Stage, exception_class_name, exception_message
+
+LINEAGE_PREFIX = "__kerr.replay."
+HEADER_REPLAY_COUNT = LINEAGE_PREFIX + "count"
+HEADER_REPLAY_SOURCE = LINEAGE_PREFIX + "source"
+HEADER_REPLAY_RUN = LINEAGE_PREFIX + "run"
+HEADER_PARKED_REASON = LINEAGE_PREFIX + "parked.reason"
+
+#: Replays of one record before it is parked instead of replayed again.
+DEFAULT_MAX_REPLAYS = 3
+PARKING_SUFFIX = ".parked"
+
+
+class Action(StrEnum):
+    """What happens to one DLQ record."""
+
+    #: Not selected: read and committed past, nothing written.
+    SKIP = "skip"
+    #: Written to its target topic with lineage headers.
+    REPLAY = "replay"
+    #: The fix function returned None: deliberately not replayed.
+    DROP = "drop"
+    #: Written to the parking topic with a reason header, never to a target.
+    PARK = "park"
+
+
+class ParkReason(StrEnum):
+    """Why a selected record was parked; the reason header starts with this name."""
+
+    MAX_REPLAYS = "max_replays"
+    NO_SOURCE_TOPIC = "no_source_topic"
+    NO_CONTENT = "no_content"
+    FIX_FAILED = "fix_failed"
+    FORBIDDEN_TARGET = "forbidden_target"
+    TARGET_NOT_ALLOWED = "target_not_allowed"
+    UNKNOWN_TARGET = "unknown_target"
+
+
+@dataclass(slots=True)
+class ReplayRecord:
+    """What a fix function receives and returns (or ``None`` to drop the record).
+
+    ``topic`` is the target (the source topic from the DLQ headers, or the override);
+    ``headers`` are the original headers without error or lineage headers. ``timestamp``
+    is ``None`` so the producer stamps the write: an original timestamp older than the
+    target's retention would be deleted at once, so a fix that wants event time sets it
+    from ``dead_letter.timestamp`` on purpose. ``dead_letter`` is the parsed DLQ record,
+    for reading the failure (stage, exception) while repairing.
+    """
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header]
+    dead_letter: DeadLetterRecord
+    timestamp: int | None = None
+
+
+FixFn = Callable[[ReplayRecord], ReplayRecord | None]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which DLQ records a replay takes; an empty criterion matches everything.
+
+    Time bounds are ``[start_time_ms, end_time_ms)`` on the DLQ record's timestamp (the
+    failed record's own, as Connect copies it); offset bounds are ``[start_offset,
+    end_offset)`` on each DLQ partition. ``headers`` must all be present with exactly these
+    UTF-8 values, looked up among the original and the error headers.
+    """
+
+    source_topics: frozenset[str] = frozenset()
+    stages: frozenset[Stage] = frozenset()
+    exception_class: re.Pattern[str] | None = None
+    start_time_ms: int | None = None
+    end_time_ms: int | None = None
+    start_offset: int | None = None
+    end_offset: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def matches(self, letter: DeadLetterRecord) -> bool:
+        """True when the record meets every criterion, cheapest checks first."""
+        if self.source_topics and letter.source_topic not in self.source_topics:
+            return False
+        if self.stages and letter.stage not in self.stages:
+            return False
+        if self.start_time_ms is not None or self.end_time_ms is not None:
+            ts = letter.timestamp
+            if ts is None or (self.start_time_ms is not None and ts < self.start_time_ms):
+                return False
+            if self.end_time_ms is not None and ts >= self.end_time_ms:
+                return False
+        if self.start_offset is not None or self.end_offset is not None:
+            offset = -1 if letter.offset is None else letter.offset
+            if self.start_offset is not None and offset < self.start_offset:
+                return False
+            if self.end_offset is not None and offset >= self.end_offset:
+                return False
+        if self.exception_class is not None and not self.exception_class.search(letter.exception_class or ""):
+            return False
+        return not self.headers or _headers_match(letter, self.headers)
+
+
+def _headers_match(letter: DeadLetterRecord, wanted: Mapping[str, str]) -> bool:
+    found: dict[str, str | None] = {
+        name: None if raw is None else raw.decode("utf-8", errors="replace") for name, raw in letter.headers
+    }
+    found.update(letter.error_headers)
+    return all(name in found and found[name] == value for name, value in wanted.items())
+
+
+@dataclass(frozen=True)
+class ReplayPolicy:
+    """Where selected records go, and the safety rules that decide when they are parked instead."""
+
+    dlq_topic: str
+    run_id: str
+    parking_topic: str
+    target_topic: str | None = None
+    target_allowlist: re.Pattern[str] | None = None
+    max_replays: int = DEFAULT_MAX_REPLAYS
+    fix: FixFn | None = None
+    #: Whether a topic exists; the engine answers from broker metadata, cached.
+    topic_exists: Callable[[str], bool] = field(default=lambda topic: True)
+
+    def forbidden_reason(self, topic: str) -> tuple[ParkReason, str] | None:
+        """Why replay must never write to ``topic``, or ``None`` when it may."""
+        if topic.startswith("__"):
+            return ParkReason.FORBIDDEN_TARGET, f"target {topic!r} is an internal topic (starts with '__')"
+        if topic in (self.dlq_topic, self.parking_topic):
+            return ParkReason.FORBIDDEN_TARGET, f"target {topic!r} is the DLQ or the parking topic itself"
+        if self.target_allowlist is not None and not self.target_allowlist.fullmatch(topic):
+            return (
+                ParkReason.TARGET_NOT_ALLOWED,
+                f"target {topic!r} does not match target_allowlist {self.target_allowlist.pattern!r}",
+            )
+        if not self.topic_exists(topic):
+            return ParkReason.UNKNOWN_TARGET, f"target topic {topic!r} does not exist"
+        return None
+
+    def refusal(self, topic: str) -> tuple[ParkReason, str] | None:
+        """:meth:`forbidden_reason`, decided once per topic (a run writes to few topics, many times)."""
+        try:
+            return self._refusals[topic]
+        except KeyError:
+            self._refusals[topic] = refused = self.forbidden_reason(topic)
+            return refused
+
+    @cached_property
+    def _refusals(self) -> dict[str, tuple[ParkReason, str] | None]:
+        return {}
+
+    @cached_property
+    def run_header(self) -> Header:
+        return (HEADER_REPLAY_RUN, self.run_id.encode())
+
+
+@dataclass(slots=True)
+class Decision:
+    """The outcome for one selected record: the record to write (replay or park), or a drop."""
+
+    action: Action
+    record: ReplayRecord | None = None
+    reason: ParkReason | None = None
+
+
+def replay_count(headers: Sequence[Header]) -> int:
+    """How often the record was replayed before (the last ``__kerr.replay.count`` wins; garbage counts 0)."""
+    return _split_lineage(headers)[1]
+
+
+def _split_lineage(headers: Sequence[Header]) -> tuple[list[Header], int]:
+    """The headers without lineage headers, and the replay count the lineage headers carried."""
+    kept: list[Header] = []
+    count = 0
+    for header in headers:
+        name = header[0]
+        if not name.startswith(LINEAGE_PREFIX):
+            kept.append(header)
+        elif name == HEADER_REPLAY_COUNT:
+            try:
+                count = int(header[1] or b"")
+            except ValueError:
+                count = 0
+    return kept, count
+
+
+def lineage_source(letter: DeadLetterRecord) -> str:
+    """``dlq-topic/partition/offset`` of the DLQ record a replayed record came from."""
+    return f"{letter.topic}/{letter.partition}/{letter.offset}"
+
+
+def decide(letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: ReplayPolicy) -> Decision:
+    """Replay, drop or park one selected record; ``raw_headers`` are the DLQ record's headers as read."""
+    headers, count = _split_lineage(letter.headers)
+    if count >= policy.max_replays:
+        return _park(letter, raw_headers, policy, ParkReason.MAX_REPLAYS, f"replayed {count} times already", count)
+    target = policy.target_topic or letter.source_topic
+    if not target:
+        detail = "the DLQ record names no source topic and no target_topic override is set"
+        return _park(letter, raw_headers, policy, ParkReason.NO_SOURCE_TOPIC, detail, count)
+    if letter.key is None and letter.value is None:
+        detail = "the DLQ record has neither key nor value (a headers-only KIP-1191 record?)"
+        return _park(letter, raw_headers, policy, ParkReason.NO_CONTENT, detail, count)
+    record: ReplayRecord | None = ReplayRecord(target, letter.key, letter.value, headers, letter)
+    if policy.fix is not None:
+        try:
+            record = policy.fix(record)  # type: ignore[arg-type]
+        except Exception as error:
+            detail = f"{exception_class_name(error)}: {exception_message(error)}"
+            return _park(letter, raw_headers, policy, ParkReason.FIX_FAILED, detail, count)
+        if record is None:
+            return Decision(Action.DROP)
+        if not isinstance(record, ReplayRecord):
+            detail = f"the fix returned {type(record).__name__}, expected a ReplayRecord or None"
+            return _park(letter, raw_headers, policy, ParkReason.FIX_FAILED, detail, count)
+        record.headers = _split_lineage(record.headers)[0]
+    assert record is not None
+    refused = policy.refusal(record.topic)
+    if refused is not None:
+        return _park(letter, raw_headers, policy, refused[0], refused[1], count)
+    record.headers += _lineage(letter, policy, count + 1)
+    return Decision(Action.REPLAY, record)
+
+
+def _lineage(letter: DeadLetterRecord, policy: ReplayPolicy, count: int) -> list[Header]:
+    return [
+        (HEADER_REPLAY_COUNT, str(count).encode()),
+        (HEADER_REPLAY_SOURCE, f"{letter.topic}/{letter.partition}/{letter.offset}".encode()),
+        policy.run_header,
+    ]
+
+
+def _park(
+    letter: DeadLetterRecord,
+    raw_headers: Sequence[Header],
+    policy: ReplayPolicy,
+    reason: ParkReason,
+    detail: str,
+    count: int,
+) -> Decision:
+    """The DLQ record as read (error headers kept for diagnosis) plus the reason and lineage headers.
+
+    Its count stays as it was (it was not replayed); like a replayed record it gets a new timestamp,
+    so retention keeps it for the people who will look at it.
+    """
+    headers = _split_lineage(raw_headers)[0] + _lineage(letter, policy, count)
+    headers.append((HEADER_PARKED_REASON, f"{reason}: {detail}".encode()))
+    parked = ReplayRecord(policy.parking_topic, letter.key, letter.value, headers, letter)
+    return Decision(Action.PARK, parked, reason)

@@ -1,0 +1,127 @@
+"""What a replay run plans, counts and reports: pure data, shared by the engine, the operator and the tests.
+
+Counts are kept per batch and added to the summary only once the batch is committed (or,
+in a dry run, once it is read), so a batch that is aborted and retried is counted once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_kerr.errors import DeadLetterRecord, Stage
+from airflow_kerr.kafka.replay_select import Action, Decision, ParkReason
+
+#: A breakdown key: action, topic written to (None for a drop), stage, exception class, park reason.
+BreakdownKey = tuple[Action, str | None, Stage | None, str | None, ParkReason | None]
+
+
+@dataclass
+class ReplayPlan:
+    """What a run will read, decided before any record is read."""
+
+    partitions: list[int]
+    start_offsets: dict[int, int]
+    end_offsets: dict[int, int]
+    transactional_id: str
+    create_parking_topic: bool = False
+
+    @property
+    def total(self) -> int:
+        return sum(max(0, self.end_offsets[p] - self.start_offsets[p]) for p in self.partitions)
+
+
+@dataclass
+class ReplaySummary:
+    """What a run did (or, in a dry run, would do), for the log and XCom."""
+
+    run_id: str
+    dlq_topic: str
+    group_id: str
+    transactional_id: str
+    dry_run: bool
+    status: str = "completed"
+    total: int = 0
+    scanned: int = 0
+    selected: int = 0
+    replayed: int = 0
+    parked: int = 0
+    dropped: int = 0
+    skipped: int = 0
+    transactions: int = 0
+    aborted_batches: int = 0
+    commit_retries: int = 0
+    seconds: float = 0.0
+    start_offsets: dict[int, int] = field(default_factory=dict)
+    end_offsets: dict[int, int] = field(default_factory=dict)
+    committed_offsets: dict[int, int] = field(default_factory=dict)
+    breakdown: Counter[BreakdownKey] = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, counts: BatchCounts) -> None:
+        self.scanned += counts.scanned
+        self.skipped += counts.scanned - counts.selected
+        self.selected += counts.selected
+        for key, n in counts.breakdown.items():
+            if key[0] is Action.REPLAY:
+                self.replayed += n
+            elif key[0] is Action.PARK:
+                self.parked += n
+            else:
+                self.dropped += n
+        self.breakdown.update(counts.breakdown)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable form; ``breakdown`` rows count records by action, target, stage, exception and reason."""
+        counts: Counter[tuple[str, ...]] = Counter()
+        for parts, n in self.breakdown.items():
+            counts[tuple("" if part is None else str(part) for part in parts)] += n
+        rows = [
+            {"action": a, "topic": t, "stage": s, "exception_class": e, "reason": r, "count": n}
+            for (a, t, s, e, r), n in sorted(counts.items(), key=lambda item: (item[0][0], -item[1], item[0]))
+        ]
+        rate = self.scanned / self.seconds if self.seconds > 0 else 0.0
+        data = {k: v for k, v in vars(self).items() if k != "breakdown"}
+        for name in ("start_offsets", "end_offsets", "committed_offsets"):
+            data[name] = {str(p): o for p, o in sorted(data[name].items())}
+        return {**data, "records_per_second": round(rate, 1), "breakdown": rows}
+
+
+@dataclass
+class BatchCounts:
+    """Counts of one batch, added to the summary only once the batch committed (or in a dry run)."""
+
+    scanned: int = 0
+    selected: int = 0
+    breakdown: Counter[BreakdownKey] = field(default_factory=Counter)
+
+    def merge(self, other: BatchCounts) -> None:
+        self.scanned += other.scanned
+        self.selected += other.selected
+        self.breakdown.update(other.breakdown)
+
+    def clear(self) -> None:
+        self.scanned = self.selected = 0
+        self.breakdown.clear()
+
+    def count(self, decision: Decision, letter: DeadLetterRecord) -> None:
+        """Count one selected record (``selected`` and ``scanned`` are set by the caller's loop)."""
+        topic = decision.record.topic if decision.record is not None else None
+        self.breakdown[(decision.action, topic, letter.stage, letter.exception_class, decision.reason)] += 1
+
+
+def partition_ranges(partitions: Sequence[int]) -> str:
+    """``0-3,7`` for partitions 0, 1, 2, 3 and 7: a short, stable name of a partition set."""
+    parts: list[str] = []
+    ordered = sorted(partitions)
+    start = prev = ordered[0]
+    for p in [*ordered[1:], None]:
+        if p is not None and p == prev + 1:
+            prev = p
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if p is not None:
+            start = prev = p
+    return ",".join(parts)

@@ -1,0 +1,222 @@
+"""``DeadLetterQueueReplayOperator``: put repaired DLQ records back on their source topics, exactly once.
+
+A thin shell around :class:`airflow_kerr.kafka.replay.DlqReplay`: it validates the
+settings (when the DAG is parsed if nothing is templated, and again once rendered),
+reads the Kafka settings from the apache-kafka provider's ``kafka`` connection, logs
+progress and a summary, pushes the summary to XCom, and turns ``on_kill`` into a
+graceful stop (the open transaction is aborted, nothing is half-committed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.kafka.replay import DlqReplay
+from airflow_kerr.kafka.replay_options import InvalidReplayOptions, ReplayOptions
+from airflow_kerr.kafka.replay_select import DEFAULT_MAX_REPLAYS
+from airflow_kerr.kafka.replay_summary import ReplaySummary
+
+#: Attributes that are replay settings: :meth:`ReplayOptions.build`'s names, except ``dry_run``, kept as
+#: ``dry_run_only`` because ``BaseOperator.dry_run`` is a method.
+OPTION_FIELDS: tuple[str, ...] = (
+    "dlq_topic",
+    "replay_group",
+    "source_topics",
+    "stages",
+    "exception_class_regex",
+    "start_time",
+    "end_time",
+    "start_offset",
+    "end_offset",
+    "header_match",
+    "fix",
+    "target_topic",
+    "target_allowlist",
+    "max_replays",
+    "parking_topic",
+    "max_records_per_second",
+    "max_records",
+    "dry_run_only",
+    "batch_size",
+    "progress_interval_s",
+)
+_TEMPLATE_MARK = re.compile(r"{{|{%")
+
+
+def _templated(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(_TEMPLATE_MARK.search(value))
+    if isinstance(value, Mapping):
+        return any(_templated(v) for v in value.values())
+    return isinstance(value, (list, tuple)) and any(_templated(v) for v in value)
+
+
+class DeadLetterQueueReplayOperator(BaseOperator):
+    """Replay a DLQ topic (Connect, KIP-1191 or Kafka Streams headers) to the records' source topics.
+
+    Every setting is templated. Render Params as native objects
+    (``render_template_as_native_obj=True``) so lists, numbers and ``None`` keep their types.
+
+    :param dlq_topic: the DLQ topic to read.
+    :param kafka_config_id: the apache-kafka provider's ``kafka`` connection.
+    :param replay_group: consumer group whose offsets the transactions commit; default
+        ``kerr-replay.<dlq_topic>``. Records before its committed offsets are not read again.
+    :param source_topics: take only records that failed on these topics.
+    :param stages: take only records that failed in these stages (``TRANSFORMATION``...).
+    :param exception_class_regex: take only records whose exception class matches (``re.search``).
+    :param start_time: take only records with a timestamp at or after this (ISO-8601 or epoch ms).
+    :param end_time: ... and before this.
+    :param start_offset: read each DLQ partition from this offset (inclusive).
+    :param end_offset: ... up to this offset (exclusive).
+    :param header_match: take only records carrying all these headers with these UTF-8 values.
+    :param fix: dotted path of ``fn(ReplayRecord) -> ReplayRecord | None``; None drops the record,
+        an exception parks it with the exception as the reason.
+    :param target_topic: write here instead of the source topic named by the DLQ headers.
+    :param target_allowlist: a record whose target does not fully match this regex is parked.
+    :param max_replays: a record already replayed this many times is parked instead.
+    :param parking_topic: where parked records go; default ``<dlq_topic>.parked`` (created if missing).
+    :param max_records_per_second: write at most this many records per second.
+    :param max_records: stop after this many selected records (the rest waits for the next run).
+    :param dry_run: write and commit nothing; report what would be replayed (attribute ``dry_run_only``).
+    :param batch_size: records per transaction (capped at one second's worth when rate-limited).
+    :param progress_interval_s: seconds between progress lines in the log.
+    """
+
+    template_fields: Sequence[str] = (*OPTION_FIELDS, "kafka_config_id")
+    template_fields_renderers = {"header_match": "json"}
+    ui_color = "#f6e7db"
+
+    def __init__(
+        self,
+        *,
+        dlq_topic: str,
+        kafka_config_id: str = "kafka_default",
+        replay_group: str | None = None,
+        source_topics: Sequence[str] | str | None = None,
+        stages: Sequence[str] | str | None = None,
+        exception_class_regex: str | None = None,
+        start_time: Any = None,
+        end_time: Any = None,
+        start_offset: int | str | None = None,
+        end_offset: int | str | None = None,
+        header_match: Mapping[str, str] | str | None = None,
+        fix: str | None = None,
+        target_topic: str | None = None,
+        target_allowlist: str | None = None,
+        max_replays: int | str = DEFAULT_MAX_REPLAYS,
+        parking_topic: str | None = None,
+        max_records_per_second: float | str | None = None,
+        max_records: int | str | None = None,
+        dry_run: bool | str = False,
+        batch_size: int | str = 500,
+        progress_interval_s: float | str = 5.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.dlq_topic = dlq_topic
+        self.kafka_config_id = kafka_config_id
+        self.replay_group = replay_group
+        self.source_topics = source_topics
+        self.stages = stages
+        self.exception_class_regex = exception_class_regex
+        self.start_time = start_time
+        self.end_time = end_time
+        self.start_offset = start_offset
+        self.end_offset = end_offset
+        self.header_match = header_match
+        self.fix = fix
+        self.target_topic = target_topic
+        self.target_allowlist = target_allowlist
+        self.max_replays = max_replays
+        self.parking_topic = parking_topic
+        self.max_records_per_second = max_records_per_second
+        self.max_records = max_records
+        self.dry_run_only = dry_run
+        self.batch_size = batch_size
+        self.progress_interval_s = progress_interval_s
+        self._engine: DlqReplay | None = None
+        if not any(_templated(getattr(self, name)) for name in OPTION_FIELDS):
+            self.options()
+
+    def options(self) -> ReplayOptions:
+        """The validated settings; raises :class:`InvalidReplayOptions` naming every bad key and value."""
+        values = {name: getattr(self, name) for name in OPTION_FIELDS}
+        values["dry_run"] = values.pop("dry_run_only")
+        return ReplayOptions.build(**values)
+
+    def lineage_run_id(self, context: Context) -> str:
+        """``dag/run/task/try``: written to ``__kerr.replay.run`` so a replayed record names the run that wrote it."""
+        dag_run = context.get("dag_run")
+        ti = context.get("ti")
+        return f"{self.dag_id}/{getattr(dag_run, 'run_id', 'manual')}/{self.task_id}/{getattr(ti, 'try_number', 1)}"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            options = self.options()
+        except InvalidReplayOptions as error:
+            raise AirflowFailException(str(error)) from error
+        config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
+        self._engine = DlqReplay(
+            config,
+            options,
+            run_id=self.lineage_run_id(context),
+            transactional_id_prefix=f"kerr-replay.{self.dag_id}.{self.task_id}",
+            log=self.log,
+        )
+        try:
+            summary = self._engine.run()
+        except InvalidReplayOptions as error:
+            raise AirflowFailException(str(error)) from error
+        self._log_summary(summary)
+        if summary.status == "stopped":
+            raise AirflowException(
+                f"replay of {options.dlq_topic} stopped on request after {summary.selected} selected records; "
+                f"the open transaction was aborted and the replay group is at {summary.committed_offsets}"
+            )
+        return summary.to_dict()
+
+    def on_kill(self) -> None:
+        """Stop gracefully: the engine aborts its open transaction and commits nothing more."""
+        if self._engine is not None:
+            self._engine.stop()
+
+    def _log_summary(self, summary: ReplaySummary) -> None:
+        verb = "would replay" if summary.dry_run else "replayed"
+        self.log.info(
+            "%s %s: %d read, %d selected, %s %d, parked %d, dropped %d, skipped %d (status %s, %d transactions, "
+            "%d aborted batches)",
+            "DRY RUN" if summary.dry_run else "replay",
+            summary.dlq_topic,
+            summary.scanned,
+            summary.selected,
+            verb,
+            summary.replayed,
+            summary.parked,
+            summary.dropped,
+            summary.skipped,
+            summary.status,
+            summary.transactions,
+            summary.aborted_batches,
+        )
+        for row in summary.to_dict()["breakdown"]:
+            self.log.info(
+                "  %-6s %6d -> %s  stage=%s exception=%s%s",
+                row["action"],
+                row["count"],
+                row["topic"] or "-",
+                row["stage"] or "-",
+                row["exception_class"] or "-",
+                f" reason={row['reason']}" if row["reason"] else "",
+            )
+        for note in summary.notes:
+            self.log.info("  note: %s", note)
+        if summary.status == "max_records":
+            self.log.info("max_records reached; the next run continues from the committed offsets")
+        elif summary.status == "idle":
+            self.log.warning("the run ended before the planned end offsets: %s", "; ".join(summary.notes))

@@ -1,0 +1,235 @@
+"""DLQ replay throughput against a raw confluent-kafka consume→produce loop, in one run.
+
+A DLQ of ``--records`` orders (about 100-byte values, Connect's ten ``__connect.errors.*``
+headers with a short stack trace, two partitions) is written once. Then, alternating and
+best of ``--repeat``, each mode reads all of it with a fresh consumer group and writes every
+record to the source topic:
+
+- ``raw``: the cheapest copy loop: ``consume`` batches, ``produce`` each record with its
+  headers unchanged, one synchronous offset commit at the end; no parsing, no transactions;
+- ``raw+txn``: the same loop in KIP-656 transactions of 500 records with the offsets, to
+  separate the cost of the transactions from the cost of the replay's own work;
+- ``replay``: :class:`DlqReplay` with transactions on (500 records per transaction, the
+  offsets committed in each): parse, select, strip the error headers, add lineage;
+- ``replay+fix``: the same with the example's ``repair_order`` fix (JSON decode and encode).
+
+Each time covers everything from creating the clients to the last commit. Writes
+``benchmarks/results/replay.json`` and ``replay.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TARGET_RATIO = 0.5
+
+
+def write_dlq(config: dict[str, Any], source: str, dlq: str, count: int) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
+
+    admin = AdminClient(config)
+    for future in admin.create_topics([NewTopic(source, 2, 1), NewTopic(dlq, 2, 1)]).values():
+        future.result(30)
+    try:
+        raise ValueError("order has a non-positive amount: -12.5")
+    except ValueError as caught:
+        error = caught
+    producer = Producer(
+        {**config, "linger.ms": 50, "batch.num.messages": 10000, "queue.buffering.max.messages": 500000}
+    )
+    for i in range(count):
+        value = b'{"id": "o-%08d", "customer": "c-0042", "amount": -12.5, "currency": "EUR", "note": "xxxxx"}' % i
+        record = SourceRecord(source, i % 2, i, 1_795_250_000_000, key=b"o-%08d" % i, value=value)
+        record.headers = [("trace-id", b"%016x" % i)]
+        context = ErrorContext(TaskId("orders_pipeline", i % 2), Stage.TRANSFORMATION, "bench.validate", error, record)
+        built = build_dead_letter_record(context, topic=dlq)
+        while True:
+            try:
+                producer.produce(**built.produce_kwargs())
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(120) == 0
+
+
+def core_parse_us(config: dict[str, Any], dlq: str) -> float:
+    """Microseconds the core's ``parse_dead_letter`` takes for one record of this DLQ: the replay's largest cost."""
+    import timeit
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from airflow_kerr.errors import parse_dead_letter
+
+    consumer = Consumer({**config, "group.id": "bench.parse", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(dlq, 0, 0)])
+    message = None
+    while message is None or message.error() is not None:
+        message = consumer.poll(5)
+    consumer.close()
+    headers, key, value = message.headers(), message.key(), message.value()
+    runs = 20_000
+    seconds = timeit.timeit(
+        lambda: parse_dead_letter(headers, key, value, topic=dlq, partition=0, offset=0, timestamp=0), number=runs
+    )
+    return seconds / runs * 1e6
+
+
+def raw_copy(config: dict[str, Any], dlq: str, target: str, count: int, group: str) -> int:
+    """The baseline: consume → produce with headers unchanged, commit once at the end."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    producer = Producer({**config, "linger.ms": 5})
+    consumer.assign([TopicPartition(dlq, 0, 0), TopicPartition(dlq, 1, 0)])
+    copied = 0
+    while copied < count:
+        for message in consumer.consume(500, 1.0):
+            if message.error() is not None:
+                continue
+            while True:
+                try:
+                    producer.produce(target, message.value(), message.key(), headers=message.headers())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            copied += 1
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    return copied
+
+
+def raw_transactional_copy(config: dict[str, Any], dlq: str, target: str, count: int, group: str) -> int:
+    """The baseline with KIP-656's loop added: 500 records and their offsets per transaction."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed"})
+    producer = Producer({**config, "transactional.id": f"bench.raw.{group}"})
+    producer.init_transactions(30)
+    consumer.assign([TopicPartition(dlq, 0, 0), TopicPartition(dlq, 1, 0)])
+    positions: dict[int, int] = {}
+    copied = 0
+    while copied < count:
+        messages = [m for m in consumer.consume(min(500, count - copied), 1.0) if m.error() is None]
+        if not messages:
+            continue
+        producer.begin_transaction()
+        for message in messages:
+            producer.produce(target, message.value(), message.key(), headers=message.headers())
+            positions[int(message.partition() or 0)] = int(message.offset() or 0) + 1
+        offsets = [TopicPartition(dlq, p, o) for p, o in positions.items()]
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+        copied += len(messages)
+    consumer.close()
+    return copied
+
+
+def replay(config: dict[str, Any], dlq: str, group: str, fix: str | None) -> int:
+    from airflow_kerr.kafka.replay import DlqReplay
+    from airflow_kerr.kafka.replay_options import ReplayOptions
+
+    options = ReplayOptions.build(dlq_topic=dlq, replay_group=group, fix=fix, batch_size=500)
+    summary = DlqReplay(config, options, run_id=group, transactional_id_prefix=f"bench.{group}").run()
+    assert summary.status == "completed", summary
+    return summary.replayed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=50_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    from airflow_kerr.local.broker import LocalBroker, resolve_bootstrap_servers
+
+    broker = None if resolve_bootstrap_servers() else LocalBroker().start()
+    config = {"bootstrap.servers": resolve_bootstrap_servers() or broker.bootstrap_servers}  # type: ignore[union-attr]
+    stamp = int(time.time())
+    source, dlq = f"bench.replay.orders.{stamp}", f"bench.replay.orders.{stamp}.dlq"
+    timings: dict[str, list[float]] = {"raw": [], "raw+txn": [], "replay": [], "replay+fix": []}
+    try:
+        started = time.perf_counter()
+        write_dlq(config, source, dlq, args.records)
+        print(f"wrote {args.records} DLQ records in {time.perf_counter() - started:.1f} s", flush=True)
+        for attempt in range(args.repeat):
+            for mode in timings:
+                group = f"bench.{mode.replace('+', '-')}.{attempt}.{stamp}"
+                started = time.perf_counter()
+                if mode == "raw":
+                    written = raw_copy(config, dlq, source, args.records, group)
+                elif mode == "raw+txn":
+                    written = raw_transactional_copy(config, dlq, source, args.records, group)
+                else:
+                    fix = "airflow_kerr.examples.orders.repair_order" if mode == "replay+fix" else None
+                    written = replay(config, dlq, group, fix)
+                timings[mode].append(time.perf_counter() - started)
+                assert written == args.records, f"{mode} wrote {written} of {args.records}"
+                rate = args.records / timings[mode][-1]
+                print(f"  {mode:<11} run {attempt}: {timings[mode][-1]:.2f} s, {rate:,.0f} records/s", flush=True)
+        parse_us = core_parse_us(config, dlq)
+    finally:
+        if broker is not None:
+            broker.stop()
+    best = {mode: args.records / min(values) for mode, values in timings.items()}
+    results = {
+        "records": args.records,
+        "records_per_s": {mode: round(rate) for mode, rate in best.items()},
+        "ratio_to_raw": {mode: round(rate / best["raw"], 3) for mode, rate in best.items() if mode != "raw"},
+        "ratio_to_raw_txn": {mode: round(best[mode] / best["raw+txn"], 3) for mode in ("replay", "replay+fix")},
+        "microseconds_per_record": {mode: round(1e6 / rate, 1) for mode, rate in best.items()},
+        "core_parse_dead_letter_us": round(parse_us, 1),
+        "seconds": timings,
+    }
+    for mode, ratio in results["ratio_to_raw"].items():
+        print(f"{mode} / raw = {ratio:.2f}x (target >= {TARGET_RATIO}x with transactions on)")
+    for mode, ratio in results["ratio_to_raw_txn"].items():
+        print(f"{mode} / raw+txn = {ratio:.2f}x")
+    print(f"per record (us): {results['microseconds_per_record']}; core parse_dead_letter: {parse_us:.1f} us")
+    write_results(results)
+    return 0
+
+
+def write_results(results: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "benchmark": "replay",
+        "machine": {"cpus": os.cpu_count()},
+        "broker": "KAFKA_BOOTSTRAP_SERVERS" if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") else "embedded Tansu 0.6.0",
+        "target_ratio": TARGET_RATIO,
+        **results,
+    }
+    (RESULTS / "replay.json").write_text(json.dumps(payload, indent=2) + "\n")
+    modes = list(results["records_per_s"])
+    rates = [results["records_per_s"][mode] for mode in modes]
+    figure, axis = plt.subplots(figsize=(7, 4))
+    bars = axis.bar(modes, rates, color=["#888888", "#bbbbbb", "#1f77b4", "#2ca02c"])
+    for bar, mode in zip(bars, modes, strict=True):
+        label = "baseline" if mode == "raw" else f"{results['ratio_to_raw'][mode]:.2f}x"
+        axis.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom")
+    axis.axhline(rates[0] * TARGET_RATIO, color="#d62728", linestyle="--", linewidth=1, label="target 0.5x raw")
+    axis.set_ylabel("records / s")
+    axis.set_title(f"DLQ replay vs raw consume→produce, {results['records']:,} records")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(RESULTS / "replay.png", dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

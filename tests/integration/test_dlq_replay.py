@@ -1,0 +1,589 @@
+"""The DLQ replay engine against the real broker: selection, lineage, parking, pacing, stop, kill and faults.
+
+DLQ records are written by the core's ``build_dead_letter_record`` (the same bytes the Spark
+job and Connect write); ``test_dlq_replay_spark.py`` replays a DLQ written by the Spark job.
+
+Tansu (the embedded broker) commits transactions but does not hide aborted records from
+``read_committed`` readers, and a fenced producer sees a timeout there instead of
+PRODUCER_FENCED. So on Tansu these tests check the transactional protocol (what was
+aborted, rewound, retried and committed) and that every selected record arrived at least
+once; duplicate-freedom is checked by the ``apache_kafka_only`` test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from airflow_kerr.errors import (
+    ErrorContext,
+    HeaderFormat,
+    SourceRecord,
+    Stage,
+    TaskId,
+    build_dead_letter_record,
+    connect_context_headers,
+)
+from airflow_kerr.kafka.offsets import end_offsets, offset_consumer, topic_partitions, watermarks
+from airflow_kerr.kafka.replay import DlqReplay, ReplayRetriesExhausted
+from airflow_kerr.kafka.replay_options import InvalidReplayOptions, ReplayOptions
+from airflow_kerr.kafka.replay_select import (
+    HEADER_PARKED_REASON,
+    HEADER_REPLAY_COUNT,
+    HEADER_REPLAY_RUN,
+    HEADER_REPLAY_SOURCE,
+)
+from airflow_kerr.kafka.replay_txn import ReplayFatalError
+
+
+class InvalidOrder(ValueError):
+    """Stands for the pipeline's validation error in the DLQ headers."""
+
+
+def read_all(kafka_config: dict[str, Any], topic: str, isolation: str = "read_committed") -> list[Any]:
+    """Every record of ``topic`` up to its end offsets (commit markers included in the range)."""
+    consumer = offset_consumer({**kafka_config, "isolation.level": isolation})
+    try:
+        marks = watermarks(consumer, topic_partitions(consumer, topic))
+        todo = {p: high for (_, p), (low, high) in marks.items() if high > low}
+        consumer.assign([TopicPartition(topic, p, marks[(topic, p)][0]) for p in todo])
+        out: list[Any] = []
+        deadline = time.monotonic() + 20
+        while todo and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                out.append(message)
+                partition = int(message.partition() or 0)
+                if int(message.offset() or 0) >= todo[partition] - 1:
+                    todo.pop(partition)
+            elif message is None:
+                for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
+                    if tp.offset >= todo[tp.partition]:
+                        todo.pop(tp.partition)
+        return out
+    finally:
+        consumer.close()
+
+
+def committed(kafka_config: dict[str, Any], group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in found}
+
+
+def ends(kafka_config: dict[str, Any], topic: str, partitions: int) -> dict[int, int]:
+    found = end_offsets(kafka_config, [(topic, p) for p in range(partitions)])
+    return {p: offset for (_, p), offset in found.items()}
+
+
+def header(message: Any, name: str) -> bytes | None:
+    values = [value for key, value in message.headers() or [] if key == name]
+    return values[-1] if values else None
+
+
+@dataclass
+class Topics:
+    source: str
+    dlq: str
+    parked: str
+
+
+@pytest.fixture
+def topics(create_topic: Callable[..., str], unique_topic: str) -> Topics:
+    create_topic(unique_topic, 2)
+    create_topic(f"{unique_topic}.dlq", 2)
+    create_topic(f"{unique_topic}.dlq.parked", 2)
+    return Topics(unique_topic, f"{unique_topic}.dlq", f"{unique_topic}.dlq.parked")
+
+
+def order(index: int, amount: float = -5.0) -> bytes:
+    return json.dumps({"id": f"o-{index}", "amount": amount}).encode()
+
+
+def write_dlq(
+    kafka_config: dict[str, Any],
+    dlq: str,
+    source: str,
+    count: int,
+    *,
+    stage: Stage = Stage.TRANSFORMATION,
+    error: Exception | None = None,
+    headers: list[tuple[str, bytes | None]] | None = None,
+    header_format: HeaderFormat = HeaderFormat.CONNECT,
+    start: int = 0,
+) -> None:
+    """``count`` DLQ records for orders ``start..start+count-1`` of ``source``, as the job writes them."""
+    producer = Producer({**kafka_config, "linger.ms": 5})
+    for i in range(start, start + count):
+        record = SourceRecord(
+            source, i % 2, i, 1_795_250_000_000 + i, key=f"o-{i}".encode(), value=order(i), headers=headers or []
+        )
+        context = ErrorContext(
+            TaskId("orders_pipeline", 0), stage, "mypkg.validate", error or InvalidOrder(f"o-{i} negative"), record
+        )
+        built = build_dead_letter_record(context, topic=dlq, header_format=header_format)
+        producer.produce(**built.produce_kwargs())
+    assert producer.flush(30) == 0
+
+
+def replay(kafka_config: dict[str, Any], run_id: str = "run-1", engine_kwargs: Any = None, **options: Any) -> Any:
+    engine = DlqReplay(
+        kafka_config,
+        ReplayOptions.build(**options),
+        run_id=run_id,
+        idle_timeout_s=10,
+        **(engine_kwargs or {}),
+    )
+    return engine.run()
+
+
+def test_replay_lands_selected_records_with_lineage_and_commits_the_group(
+    kafka_config: dict[str, Any], topics: Topics
+) -> None:
+    write_dlq(kafka_config, topics.dlq, topics.source, 30, headers=[("kind", b"invalid")])
+    write_dlq(kafka_config, topics.dlq, topics.source, 10, stage=Stage.VALUE_CONVERTER, error=ValueError("x"), start=30)
+    write_dlq(kafka_config, topics.dlq, topics.source, 5, header_format=HeaderFormat.DLQ, start=40)
+    before = ends(kafka_config, topics.source, 2)
+
+    summary = replay(
+        kafka_config,
+        dlq_topic=topics.dlq,
+        stages=["TRANSFORMATION"],
+        exception_class_regex="InvalidOrder$",
+        header_match={"kind": "invalid"},
+        fix="airflow_kerr.examples.orders.repair_order",
+        batch_size=8,
+    )
+
+    assert (summary.status, summary.scanned, summary.selected, summary.replayed) == ("completed", 45, 30, 30)
+    assert summary.skipped == 15 and summary.parked == 0
+    landed = [m for m in read_all(kafka_config, topics.source) if header(m, HEADER_REPLAY_RUN) == b"run-1"]
+    assert len(landed) == 30
+    assert sum(ends(kafka_config, topics.source, 2).values()) > sum(before.values())
+    sources = set()
+    for message in landed:
+        names = [name for name, _ in message.headers()]
+        assert not any(name.startswith("__connect.errors.") for name in names)
+        assert header(message, "kind") == b"invalid" and header(message, HEADER_REPLAY_COUNT) == b"1"
+        value = json.loads(message.value())
+        assert value["amount"] == 5.0 and value["repaired"] is True
+        assert message.key() == value["id"].encode()
+        sources.add(header(message, HEADER_REPLAY_SOURCE))
+    assert len(sources) == 30 and all(s is not None and s.startswith(topics.dlq.encode() + b"/") for s in sources)
+    group = f"kerr-replay.{topics.dlq}"
+    assert committed(kafka_config, group, topics.dlq, 2) == ends(kafka_config, topics.dlq, 2)
+    assert summary.committed_offsets == ends(kafka_config, topics.dlq, 2)
+
+    again = replay(kafka_config, run_id="run-2", dlq_topic=topics.dlq)
+    assert (again.status, again.scanned, again.replayed) == ("completed", 0, 0)
+
+
+def test_dry_run_writes_nothing_and_counts_by_target_stage_and_exception(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    source, dlq = create_topic(unique_topic, 2), create_topic(f"{unique_topic}.dlq", 2)
+    write_dlq(kafka_config, dlq, source, 12)
+    write_dlq(kafka_config, dlq, source, 4, stage=Stage.VALUE_CONVERTER, error=ValueError("bad json"), start=12)
+    write_dlq(kafka_config, dlq, "__consumer_offsets", 2, start=16)
+    source_ends = ends(kafka_config, source, 2)
+
+    summary = replay(kafka_config, dlq_topic=dlq, dry_run=True, max_records_per_second=1)
+
+    assert summary.dry_run and summary.status == "completed" and summary.transactions == 0
+    assert (summary.selected, summary.replayed, summary.parked) == (18, 16, 2)
+    rows = {
+        (r["action"], r["topic"], r["stage"], r["exception_class"]): r["count"] for r in summary.to_dict()["breakdown"]
+    }
+    assert rows == {
+        ("replay", source, "TRANSFORMATION", f"{__name__}.InvalidOrder"): 12,
+        ("replay", source, "VALUE_CONVERTER", "ValueError"): 4,
+        ("park", f"{dlq}.parked", "TRANSFORMATION", f"{__name__}.InvalidOrder"): 2,
+    }
+    assert summary.seconds < 10, "a dry run is not paced"
+    assert ends(kafka_config, source, 2) == source_ends
+    assert committed(kafka_config, f"kerr-replay.{dlq}", dlq, 2) == {0: -1001, 1: -1001}
+    assert any("does not exist; a real run creates it" in note for note in summary.notes)
+    metadata = offset_consumer(kafka_config)
+    try:
+        assert f"{dlq}.parked" not in metadata.list_topics(timeout=10).topics
+    finally:
+        metadata.close()
+
+
+def test_unsafe_records_are_parked_with_a_reason(
+    kafka_config: dict[str, Any], topics: Topics, create_topic: Callable[..., str]
+) -> None:
+    """One DLQ holding every kind of record that must not go back, plus two that may."""
+    other = create_topic(f"x{topics.source}")
+    write_dlq(kafka_config, topics.dlq, topics.source, 2)
+    write_dlq(kafka_config, topics.dlq, "__consumer_offsets", 1, start=2)
+    write_dlq(kafka_config, topics.dlq, other, 1, start=3)
+    write_dlq(kafka_config, topics.dlq, f"{topics.source}-deleted", 1, start=4)
+    write_dlq(kafka_config, topics.dlq, topics.source, 1, headers=[(HEADER_REPLAY_COUNT, b"2")], start=5)
+    context = ErrorContext(TaskId("p", 0), Stage.TASK_POLL, "x", RuntimeError("poll"))
+    no_source: list[tuple[str, str | bytes | None]] = list(connect_context_headers(context))
+    producer = Producer(kafka_config)
+    producer.produce(topics.dlq, key=b"o-6", value=order(6), headers=no_source)
+    producer.produce(topics.dlq, key=b"o-7", value=b"{not json", headers=no_source)
+    producer.flush(10)
+
+    summary = replay(
+        kafka_config,
+        dlq_topic=topics.dlq,
+        target_allowlist=re.escape(topics.source) + ".*",
+        max_replays=2,
+        fix="airflow_kerr.examples.orders.repair_order",
+    )
+
+    assert (summary.selected, summary.replayed, summary.parked) == (8, 2, 6)
+    parked = read_all(kafka_config, topics.parked)
+    reasons = sorted((header(m, HEADER_PARKED_REASON) or b"").decode().split(":")[0] for m in parked)
+    assert reasons == [
+        "forbidden_target",
+        "max_replays",
+        "no_source_topic",
+        "no_source_topic",
+        "target_not_allowed",
+        "unknown_target",
+    ]
+    for message in parked:
+        assert header(message, "__connect.errors.exception.class.name") is not None
+        assert header(message, HEADER_REPLAY_SOURCE) is not None
+    by_reason: Counter[str] = Counter()
+    for row in summary.to_dict()["breakdown"]:
+        by_reason[row["reason"]] += row["count"] if row["action"] == "park" else 0
+    assert +by_reason == {
+        "forbidden_target": 1,
+        "max_replays": 1,
+        "no_source_topic": 2,
+        "target_not_allowed": 1,
+        "unknown_target": 1,
+    }
+    assert read_all(kafka_config, other) == []
+
+
+def test_a_fix_that_raises_parks_the_record_with_the_exception(kafka_config: dict[str, Any], topics: Topics) -> None:
+    producer = Producer(kafka_config)
+    record = SourceRecord(topics.source, 0, 9, 1, key=b"o-9", value=b'{"id": "o-9", "amount": ')
+    context = ErrorContext(TaskId("p", 0), Stage.VALUE_CONVERTER, "json", ValueError("truncated"), record)
+    producer.produce(**build_dead_letter_record(context, topic=topics.dlq).produce_kwargs())
+    producer.flush(10)
+
+    summary = replay(kafka_config, dlq_topic=topics.dlq, fix="airflow_kerr.examples.orders.repair_order")
+
+    assert (summary.parked, summary.replayed) == (1, 0)
+    (parked,) = read_all(kafka_config, topics.parked)
+    reason = (header(parked, HEADER_PARKED_REASON) or b"").decode()
+    assert reason.startswith("fix_failed: json.decoder.JSONDecodeError: Expecting value")
+    assert parked.value() == record.value
+
+
+def test_loop_protection_parks_a_record_that_keeps_coming_back(kafka_config: dict[str, Any], topics: Topics) -> None:
+    """Replay, fail again in the pipeline (the replayed record goes back to the DLQ), replay: parked."""
+    write_dlq(kafka_config, topics.dlq, topics.source, 1)
+    first = replay(kafka_config, run_id="first", dlq_topic=topics.dlq, max_replays=1)
+    assert first.replayed == 1
+    (replayed,) = [m for m in read_all(kafka_config, topics.source) if header(m, HEADER_REPLAY_RUN) == b"first"]
+    assert header(replayed, HEADER_REPLAY_COUNT) == b"1"
+
+    failed_again = SourceRecord.from_message(replayed)
+    context = ErrorContext(
+        TaskId("orders_pipeline", 0), Stage.TRANSFORMATION, "v", InvalidOrder("still bad"), failed_again
+    )
+    producer = Producer(kafka_config)
+    producer.produce(**build_dead_letter_record(context, topic=topics.dlq).produce_kwargs())
+    producer.flush(10)
+    source_ends = ends(kafka_config, topics.source, 2)
+
+    second = replay(kafka_config, run_id="second", dlq_topic=topics.dlq, max_replays=1)
+
+    assert (second.selected, second.replayed, second.parked) == (1, 0, 1)
+    assert ends(kafka_config, topics.source, 2) == source_ends
+    (parked,) = read_all(kafka_config, topics.parked)
+    assert header(parked, HEADER_PARKED_REASON) == b"max_replays: replayed 1 times already"
+    assert header(parked, HEADER_REPLAY_COUNT) == b"1"
+
+
+def test_the_rate_limit_holds_within_ten_percent(kafka_config: dict[str, Any], topics: Topics) -> None:
+    write_dlq(kafka_config, topics.dlq, topics.source, 300)
+
+    summary = replay(kafka_config, dlq_topic=topics.dlq, max_records_per_second=100, batch_size=500)
+
+    assert summary.replayed == 300
+    stamps = sorted(m.timestamp()[1] for m in read_all(kafka_config, topics.source))
+    rate = (len(stamps) - 1) / ((stamps[-1] - stamps[0]) / 1000)
+    assert 90 <= rate <= 110, f"{rate:.1f} records/s written for a limit of 100"
+    assert summary.transactions >= 3, "a rate-limited batch holds at most one second's worth"
+
+
+def test_max_records_stops_and_the_next_run_continues(kafka_config: dict[str, Any], topics: Topics) -> None:
+    write_dlq(kafka_config, topics.dlq, topics.source, 20)
+    write_dlq(kafka_config, topics.dlq, topics.source, 10, stage=Stage.VALUE_CONVERTER, start=20)
+
+    first = replay(kafka_config, dlq_topic=topics.dlq, stages=["VALUE_CONVERTER"], max_records=4)
+    second = replay(kafka_config, dlq_topic=topics.dlq, stages=["VALUE_CONVERTER"])
+
+    assert (first.status, first.replayed) == ("max_records", 4)
+    assert (second.status, second.replayed) == ("completed", 6)
+    assert committed(kafka_config, f"kerr-replay.{topics.dlq}", topics.dlq, 2) == ends(kafka_config, topics.dlq, 2)
+
+
+def test_unknown_topics_and_bad_settings_are_rejected_before_any_record_is_read(
+    kafka_config: dict[str, Any], topics: Topics
+) -> None:
+    write_dlq(kafka_config, topics.dlq, topics.source, 3)
+    with pytest.raises(InvalidReplayOptions) as caught:
+        replay(kafka_config, dlq_topic=f"{topics.dlq}-missing", target_topic="nowhere")
+    assert f"dlq_topic='{topics.dlq}-missing'" in str(caught.value)
+    assert "target_topic='nowhere': the topic does not exist" in str(caught.value)
+    with pytest.raises(InvalidReplayOptions, match=r"source_topics=.*\['gone'\] do not exist"):
+        replay(kafka_config, dlq_topic=topics.dlq, source_topics=["gone", topics.source])
+    assert committed(kafka_config, f"kerr-replay.{topics.dlq}", topics.dlq, 2) == {0: -1001, 1: -1001}
+
+
+def test_a_stop_mid_replay_aborts_the_open_transaction_and_a_rerun_completes(
+    kafka_config: dict[str, Any], topics: Topics, faulty: Any
+) -> None:
+    """The stop comes (as from on_kill) while a paced batch's transaction is open."""
+    write_dlq(kafka_config, topics.dlq, topics.source, 300)
+    engine_kwargs, made = faulty({})
+    engine = DlqReplay(
+        kafka_config,
+        ReplayOptions.build(dlq_topic=topics.dlq, max_records_per_second=100, batch_size=50),
+        run_id="stopped",
+        **engine_kwargs,
+    )
+    group = f"kerr-replay.{topics.dlq}"
+
+    def stop_after_the_first_commit() -> None:
+        deadline = time.monotonic() + 30
+        while sum(max(o, 0) for o in committed(kafka_config, group, topics.dlq, 2).values()) < 50:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.2)
+        engine.stop()
+
+    stopper = threading.Thread(target=stop_after_the_first_commit)
+    stopper.start()
+    stopped = engine.run()
+    stopper.join()
+
+    assert stopped.status == "stopped"
+    assert made[0].log[-2:] == ["abort_transaction", "close"]
+    assert stopped.replayed % 50 == 0 and 50 <= stopped.replayed < 300, "only whole batches count"
+    at_stop = committed(kafka_config, group, topics.dlq, 2)
+    assert sum(max(o, 0) for o in at_stop.values()) == stopped.replayed
+    assert stopped.committed_offsets == {p: max(o, -1) for p, o in at_stop.items()}
+
+    rerun = replay(kafka_config, run_id="rerun", dlq_topic=topics.dlq)
+
+    assert rerun.status == "completed" and stopped.replayed + rerun.replayed == 300
+    assert committed(kafka_config, group, topics.dlq, 2) == ends(kafka_config, topics.dlq, 2)
+    sources = {header(m, HEADER_REPLAY_SOURCE) for m in read_all(kafka_config, topics.source)}
+    assert len(sources) == 300
+
+
+KILLED_REPLAY = """
+import json, sys
+from airflow_kerr.kafka.replay import DlqReplay
+from airflow_kerr.kafka.replay_options import ReplayOptions
+config, dlq = json.loads(sys.argv[1]), sys.argv[2]
+options = ReplayOptions.build(dlq_topic=dlq, max_records_per_second=100, batch_size=40)
+DlqReplay(config, options, run_id="killed", transactional_id_prefix="kerr-replay.test").run()
+"""
+
+
+def killed_then_rerun(kafka_config: dict[str, Any], topics: Topics, count: int) -> tuple[Any, list[Any]]:
+    """Replay in a child process, SIGKILL it mid-transaction, replay again with the same transactional.id."""
+    write_dlq(kafka_config, topics.dlq, topics.source, count)
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_REPLAY, json.dumps(kafka_config), topics.dlq],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while sum(ends(kafka_config, topics.source, 2).values()) < 100:
+            assert child.poll() is None, "the replay ended before it was killed"
+            assert time.monotonic() < deadline, "the child replay wrote nothing"
+            time.sleep(0.1)
+        time.sleep(0.2)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    killed_at = committed(kafka_config, f"kerr-replay.{topics.dlq}", topics.dlq, 2)
+    assert 0 < sum(max(o, 0) for o in killed_at.values()) < count, "killed mid-replay"
+
+    rerun = replay(
+        kafka_config,
+        run_id="rerun",
+        dlq_topic=topics.dlq,
+        engine_kwargs={"transactional_id_prefix": "kerr-replay.test"},
+    )
+    return rerun, read_all(kafka_config, topics.source)
+
+
+def test_a_killed_replay_rerun_replays_every_selected_record(kafka_config: dict[str, Any], topics: Topics) -> None:
+    """At least once on any broker; the committed group decides where the re-run starts."""
+    rerun, landed = killed_then_rerun(kafka_config, topics, 300)
+
+    assert rerun.status == "completed"
+    assert committed(kafka_config, f"kerr-replay.{topics.dlq}", topics.dlq, 2) == ends(kafka_config, topics.dlq, 2)
+    dlq_ends = ends(kafka_config, topics.dlq, 2)
+    assert {header(m, HEADER_REPLAY_SOURCE) for m in landed} == {
+        f"{topics.dlq}/{p}/{o}".encode() for p, end in dlq_ends.items() for o in range(end)
+    }
+
+
+@pytest.mark.apache_kafka_only
+def test_a_killed_replay_rerun_has_no_duplicates_under_read_committed(
+    kafka_config: dict[str, Any], topics: Topics
+) -> None:
+    """The killed run's open transaction is aborted when the re-run's init_transactions fences it."""
+    _, landed = killed_then_rerun(kafka_config, topics, 300)
+
+    sources = Counter(header(m, HEADER_REPLAY_SOURCE) for m in landed)
+    assert len(landed) == 300 and set(sources.values()) == {1}
+
+
+class FaultyProducer:
+    """A real transactional producer with faults injected before chosen calls.
+
+    The faults are fakes of what Tansu cannot produce on demand: ``KafkaError`` objects with
+    the flags librdkafka sets for an abortable error (``txn_requires_abort``), a fatal one
+    (``fatal``, as PRODUCER_FENCED is) and a commit timeout (retriable ``_TIMED_OUT``). A
+    faulted call raises instead of reaching the broker; every other call is real.
+    """
+
+    def __init__(self, config: dict[str, Any], faults: dict[tuple[str, int], BaseException]) -> None:
+        self.real = Producer(config)
+        self.faults = faults
+        self.calls: Counter[str] = Counter()
+        self.log: list[str] = []
+
+    def _maybe_fail(self, name: str) -> None:
+        self.calls[name] += 1
+        self.log.append(name)
+        fault = self.faults.get((name, self.calls[name]))
+        if fault is not None:
+            raise fault
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def send_offsets_to_transaction(self, positions: Any, metadata: Any, timeout: float = 30) -> None:
+        self._maybe_fail("send_offsets_to_transaction")
+        self.real.send_offsets_to_transaction(positions, metadata, timeout)
+
+    def commit_transaction(self, timeout: float = 30) -> None:
+        self._maybe_fail("commit_transaction")
+        self.real.commit_transaction(timeout)
+
+    def abort_transaction(self, timeout: float = 30) -> None:
+        self._maybe_fail("abort_transaction")
+        self.real.abort_transaction(timeout)
+
+    def close(self) -> None:
+        self.log.append("close")
+        self.real.close()
+
+
+ABORTABLE = KafkaException(KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, "injected", txn_requires_abort=True))
+FATAL = KafkaException(KafkaError(KafkaError._FENCED, "injected: fenced by a newer producer", fatal=True))
+COMMIT_TIMEOUT = KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected commit timeout", retriable=True))
+
+
+@pytest.fixture
+def faulty() -> Iterator[Callable[..., tuple[dict[str, Any], list[FaultyProducer]]]]:
+    def make(faults: dict[tuple[str, int], BaseException]) -> tuple[dict[str, Any], list[FaultyProducer]]:
+        made: list[FaultyProducer] = []
+
+        def factory(config: dict[str, Any]) -> FaultyProducer:
+            made.append(FaultyProducer(config, faults))
+            return made[-1]
+
+        return {"producer_factory": factory, "retry_backoff_max_ms": 100}, made
+
+    yield make
+
+
+def test_an_abortable_error_aborts_rewinds_and_retries_the_batch(
+    kafka_config: dict[str, Any], topics: Topics, faulty: Any
+) -> None:
+    write_dlq(kafka_config, topics.dlq, topics.source, 50)
+    engine_kwargs, made = faulty({("commit_transaction", 2): ABORTABLE})
+
+    summary = replay(kafka_config, dlq_topic=topics.dlq, batch_size=20, engine_kwargs=engine_kwargs)
+
+    (producer,) = made
+    assert producer.log[:4] == ["send_offsets_to_transaction", "commit_transaction"] * 2
+    assert producer.log[4] == "abort_transaction", "an abortable error aborts at once"
+    assert (summary.status, summary.aborted_batches, summary.replayed, summary.scanned) == ("completed", 1, 50, 50)
+    assert producer.calls["commit_transaction"] == summary.transactions + 1
+    assert committed(kafka_config, f"kerr-replay.{topics.dlq}", topics.dlq, 2) == ends(kafka_config, topics.dlq, 2)
+    landed = Counter(header(m, HEADER_REPLAY_SOURCE) for m in read_all(kafka_config, topics.source))
+    assert len(landed) == 50, "the rewound batch was read and written again"
+
+
+def test_a_fatal_error_closes_and_fails_naming_the_cause(
+    kafka_config: dict[str, Any], topics: Topics, faulty: Any
+) -> None:
+    write_dlq(kafka_config, topics.dlq, topics.source, 50)
+    engine_kwargs, made = faulty({("send_offsets_to_transaction", 2): FATAL})
+
+    with pytest.raises(ReplayFatalError, match=r"send_offsets_to_transaction failed \(fatal\): _FENCED"):
+        replay(kafka_config, dlq_topic=topics.dlq, batch_size=20, engine_kwargs=engine_kwargs)
+
+    (producer,) = made
+    assert "abort_transaction" not in producer.log and producer.log[-1] == "close"
+    group = committed(kafka_config, f"kerr-replay.{topics.dlq}", topics.dlq, 2)
+    assert sum(max(o, 0) for o in group.values()) == 20, "only the first batch committed"
+
+
+def test_a_commit_timeout_retries_the_commit_and_never_aborts(
+    kafka_config: dict[str, Any], topics: Topics, faulty: Any
+) -> None:
+    write_dlq(kafka_config, topics.dlq, topics.source, 30)
+    engine_kwargs, made = faulty({("commit_transaction", 1): COMMIT_TIMEOUT})
+
+    summary = replay(kafka_config, dlq_topic=topics.dlq, batch_size=20, engine_kwargs=engine_kwargs)
+
+    (producer,) = made
+    assert "abort_transaction" not in producer.log
+    assert (summary.status, summary.commit_retries, summary.aborted_batches, summary.replayed) == (
+        "completed",
+        1,
+        0,
+        30,
+    )
+    assert len(read_all(kafka_config, topics.source)) == 30
+    assert committed(kafka_config, f"kerr-replay.{topics.dlq}", topics.dlq, 2) == ends(kafka_config, topics.dlq, 2)
+
+
+def test_a_batch_that_keeps_aborting_fails_with_the_group_left_in_place(
+    kafka_config: dict[str, Any], topics: Topics, faulty: Any
+) -> None:
+    write_dlq(kafka_config, topics.dlq, topics.source, 10)
+    engine_kwargs, made = faulty({("commit_transaction", n): ABORTABLE for n in (1, 2, 3)})
+    engine_kwargs["max_batch_attempts"] = 3
+
+    with pytest.raises(ReplayRetriesExhausted, match=r"aborted 3 times.*NOT_ENOUGH_REPLICAS: injected"):
+        replay(kafka_config, dlq_topic=topics.dlq, engine_kwargs=engine_kwargs)
+
+    assert made[0].calls["abort_transaction"] == 3
+    assert committed(kafka_config, f"kerr-replay.{topics.dlq}", topics.dlq, 2) == {0: -1001, 1: -1001}
