@@ -41,7 +41,18 @@ with DAG(
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     tags=["kerr", "example"],
-    params={"orders": Param(2_000, type="integer", minimum=0, title="Orders to generate before the run")},
+    params={
+        "orders": Param(2_000, type="integer", minimum=0, title="Orders to generate before the run"),
+        "malformed_every": Param(
+            50, type="integer", minimum=0, title="Every Nth order is malformed JSON", description="0: none"
+        ),
+        "invalid_every": Param(
+            70, type="integer", minimum=0, title="Every Nth order has a negative amount", description="0: none"
+        ),
+        "flaky_every": Param(
+            90, type="integer", minimum=0, title="Every Nth order fails once, then succeeds", description="0: none"
+        ),
+    },
 ) as dag:
 
     @task
@@ -52,7 +63,14 @@ with DAG(
 
         assert params is not None
         config = KafkaClusterHook(kafka_config_id="kafka_default").client_config()
-        return generate_orders(config, "orders", int(params["orders"])).as_dict()
+        return generate_orders(
+            config,
+            "orders",
+            int(params["orders"]),
+            malformed_every=int(params["malformed_every"]),
+            invalid_every=int(params["invalid_every"]),
+            flaky_every=int(params["flaky_every"]),
+        ).as_dict()
 
     orders_pipeline = ErrorAwareSparkSubmitOperator(
         task_id="orders_pipeline",

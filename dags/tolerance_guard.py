@@ -1,6 +1,6 @@
 """The tolerance guard: pause the downstream sink connector while the orders pipeline breaches its error rate.
 
-wait for a breach (more than 5 % of the records failing over 5 minutes, once at
+wait for a breach (more than 2 % of the records failing over 5 minutes, once at
 least 100 records were seen) → pause ``orders-sink`` → alert → wait for recovery,
 or resume at once when the trigger form's go-ahead box is ticked → resume →
 verify RUNNING. Trigger it when the pipeline starts; it ends once the connector
@@ -42,7 +42,7 @@ with DAG(
         pipeline="orders_pipeline",
         metrics_topic="kerr.metrics",
         dlq_topic="orders.dlq",
-        max_error_rate=0.05,
+        max_error_rate=0.02,
         min_records=100,
         window=timedelta(minutes=5),
         poke_interval=15,

@@ -1,8 +1,17 @@
-"""``make demo``: the story on the embedded stack, end to end, with a printed result.
+"""``make demo``: the whole story on the embedded stack, end to end, with a summary table.
 
-Starts the broker, points an isolated Airflow (under ``.kerr/demo``) at it, seeds
-an orders topic and runs the example DAGs with ``dag.test()``, printing what each
-step did.
+1. an orders stream with poison in it goes through the error-aware Spark job
+   (``error_aware_pipeline``): bad records land in ``orders.dlq``;
+2. the tolerance guard (``tolerance_guard``, running alongside) sees the breach,
+   pauses the downstream ``orders-sink`` connector on the Kafka Connect stand-in and
+   posts an alert to a local webhook receiver, which prints it;
+3. the replay DAG (``dlq_replay``) repairs the invalid orders and puts them back
+   on ``orders`` in transactions; what cannot be repaired is parked;
+4. a clean run brings the error rate down: the guard sees recovery and resumes the
+   connector.
+
+Everything runs against an in-memory broker (or ``KAFKA_BOOTSTRAP_SERVERS``) and an
+isolated Airflow under ``.kerr/demo``.
 """
 
 from __future__ import annotations
@@ -11,21 +20,45 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
 from airflow_kerr.local.broker import LocalBroker, resolve_bootstrap_servers, wait_for_metadata
 from airflow_kerr.local.cli import state_dir
+from airflow_kerr.local.connect import SINK_CONNECTOR_CLASS, ConnectStandIn
 
 REPO = Path(__file__).resolve().parents[2]
+TOPICS = {"orders": 2, "orders.clean": 1, "orders.dlq": 1, "orders.dlq.parked": 1, "kerr.metrics": 1}
+CONNECTOR = "orders-sink"
+GUARD_TIMEOUT_S = 600
 
 
 def step(message: str) -> None:
     print(f"\n==> {message}", flush=True)
 
 
-def configure_airflow(home: Path, bootstrap_servers: str) -> None:
+def wait(description: str, condition: Callable[[], bool], timeout_s: float) -> float:
+    """Wait for ``condition``, printing a dot a second so a long step shows progress; return when it held."""
+    print(f"    waiting for {description} ", end="", flush=True)
+    deadline = time.monotonic() + timeout_s
+    last_dot = time.monotonic()
+    while not condition():
+        if time.monotonic() > deadline:
+            print(" timed out", flush=True)
+            raise TimeoutError(f"{description} did not happen within {timeout_s:.0f} s")
+        if time.monotonic() - last_dot >= 1:
+            print(".", end="", flush=True)
+            last_dot = time.monotonic()
+        time.sleep(0.05)
+    print(" done", flush=True)
+    return time.time()
+
+
+def configure_airflow(home: Path, bootstrap_servers: str, connect_port: int) -> None:
     """Environment for an isolated Airflow; it must be set before Airflow is first imported."""
     home.mkdir(parents=True, exist_ok=True)
     os.environ.update(
@@ -39,6 +72,9 @@ def configure_airflow(home: Path, bootstrap_servers: str) -> None:
             "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
                 {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap_servers}}
             ),
+            "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT": json.dumps(
+                {"conn_type": "kafka_connect", "host": "127.0.0.1", "port": connect_port, "schema": "http"}
+            ),
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -47,45 +83,190 @@ def configure_airflow(home: Path, bootstrap_servers: str) -> None:
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
 
 
-def seed(bootstrap_servers: str, topic: str, count: int) -> None:
-    from confluent_kafka import Producer
+def create_topics(bootstrap_servers: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    if topic not in admin.list_topics(timeout=10).topics:
-        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5})
-    for i in range(count):
-        order_id = f"o-{i}"
-        order = {"id": order_id, "amount": round(10 + i * 0.5, 2)}
-        producer.produce(topic, key=order_id.encode(), value=json.dumps(order).encode())
-    if producer.flush(30) != 0:
-        raise RuntimeError(f"could not write the seed records to {topic}")
+    existing = admin.list_topics(timeout=10).topics
+    wanted = [NewTopic(name, partitions, 1) for name, partitions in TOPICS.items() if name not in existing]
+    for future in (admin.create_topics(wanted) if wanted else {}).values():
+        future.result(30)
 
 
-def run_smoke(bootstrap_servers: str) -> dict[str, Any]:
+class AlertReceiver:
+    """A local webhook that prints each alert it receives, standing in for a Slack channel."""
+
+    def __init__(self) -> None:
+        self.alerts: list[dict[str, Any]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                receiver.alerts.append(payload)
+                print("\n    ALERT received by the local webhook:", flush=True)
+                for line in payload.get("blocks", [{}])[0].get("text", {}).get("text", payload["text"]).splitlines():
+                    print(f"      | {line}", flush=True)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/alerts"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
+def run_dag(dag_id: str, conf: dict[str, Any]) -> tuple[dict[str, str], Any]:
+    """Run a DAG from dags/ with ``dag.test()``; return each task's state and the run."""
     from airflow.dag_processing.dagbag import DagBag
 
-    topic, result_topic = f"demo.orders.{int(time.time())}", "demo.smoke.result"
-    step(f"seeding 1,000 orders into {topic}")
-    seed(bootstrap_servers, topic, 1000)
-    step("running DAG smoke_spark_kafka: Spark (local[2]) counts the topic through the kerr_kafka source")
-    dag = DagBag(dag_folder=str(REPO / "dags")).get_dag("smoke_spark_kafka")
+    dag = DagBag(dag_folder=str(REPO / "dags")).get_dag(dag_id)
     if dag is None:
-        raise RuntimeError("DAG smoke_spark_kafka not found in dags/")
-    started = time.monotonic()
-    dag_run = dag.test(run_conf={"topic": topic, "result_topic": result_topic})
-    states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
-    counted = next(
-        (ti.xcom_pull(task_ids="read_result") for ti in dag_run.get_task_instances() if ti.task_id == "read_result"),
-        None,
+        raise RuntimeError(f"DAG {dag_id} not found in {REPO / 'dags'}")
+    dag_run = dag.test(run_conf=conf)
+    return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}, dag_run
+
+
+def xcom(dag_run: Any, task_id: str) -> Any:
+    ti = dag_run.get_task_instance(task_id)
+    return ti.xcom_pull(task_ids=task_id) if ti is not None else None
+
+
+def task_running(dag_id: str, task_id: str) -> bool:
+    """True once the task instance is running (the guard's process has finished writing its DAGs to the DB)."""
+    from airflow.models import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        states = session.query(TaskInstance.state).filter(
+            TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id
+        )
+        return any(str(state) == "running" for (state,) in states)
+
+
+def connector_state(connect: ConnectStandIn) -> str:
+    return str(connect.status(CONNECTOR)["connector"]["state"])
+
+
+def dlq_size(bootstrap_servers: str) -> int:
+    from airflow_kerr.kafka.offsets import end_offsets
+
+    return sum(end_offsets({"bootstrap.servers": bootstrap_servers}, [("orders.dlq", 0)]).values())
+
+
+def summary(rows: list[tuple[str, Any]]) -> None:
+    width = max(len(label) for label, _ in rows)
+    print("\n" + "-" * (width + 24))
+    for label, value in rows:
+        print(f"  {label:<{width}}  {value}")
+    print("-" * (width + 24))
+
+
+def run_story(bootstrap: str, connect: ConnectStandIn, receiver: AlertReceiver) -> int:
+    create_topics(bootstrap)
+    connect.add_connector(
+        CONNECTOR, {"connector.class": SINK_CONNECTOR_CLASS, "topics": "orders.clean", "file": "orders.jsonl"}
     )
-    return {"topic": topic, "states": states, "count": counted, "seconds": time.monotonic() - started}
+    step("starting the tolerance guard (DAG tolerance_guard) beside the pipeline")
+    guard_log = state_dir() / "demo" / "tolerance_guard.log"
+    with open(guard_log, "w") as log:
+        guard = subprocess.Popen(
+            [sys.executable, "-m", "airflow_kerr.local.demo", "--run-dag", "tolerance_guard"],
+            env={**os.environ, "KERR_DEMO_CONF": json.dumps({"webhook_url": receiver.url})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait(
+            "the guard to start watching",
+            lambda: guard.poll() is not None or task_running("tolerance_guard", "tolerance_guard.wait_for_breach"),
+            120,
+        )
+        if guard.poll() is not None:
+            raise RuntimeError(f"the tolerance guard exited early; see {guard_log}")
+        step("DAG error_aware_pipeline: 2,000 orders with poison through the error-aware Spark job")
+        states, first = run_dag("error_aware_pipeline", {"orders": 2000})
+        first_metrics = xcom(first, "orders_pipeline") or {}
+        generated = xcom(first, "generate") or {}
+        print(f"    tasks: {states}")
+        print(f"    generated: {generated}")
+        breach_at = first_metrics.get("window_end_ms", int(time.time() * 1000)) / 1000
+        paused_at = wait("the guard to pause orders-sink", lambda: connector_state(connect) == "PAUSED", 120)
+        latency = max(0.0, paused_at - breach_at)
+        print(f"    orders-sink is PAUSED {latency:.1f} s after the run's metrics showed the breach")
+
+        step("DAG dlq_replay: repair the invalid orders and put them back on 'orders' (transactional)")
+        states, replay = run_dag(
+            "dlq_replay",
+            {"dlq_topic": "orders.dlq", "fix": "airflow_kerr.examples.orders.repair_order", "dry_run": False},
+        )
+        replayed = xcom(replay, "replay") or {}
+        print(f"    tasks: {states}")
+        print(f"    replay summary: {json.dumps(replayed, default=str)[:600]}")
+
+        step("DAG error_aware_pipeline again: 3,000 clean orders plus the replayed ones")
+        states, second = run_dag(
+            "error_aware_pipeline", {"orders": 3000, "malformed_every": 0, "invalid_every": 0, "flaky_every": 0}
+        )
+        second_metrics = xcom(second, "orders_pipeline") or {}
+        print(f"    tasks: {states}")
+        wait("recovery: the guard to resume orders-sink", lambda: guard.poll() is not None, GUARD_TIMEOUT_S)
+    finally:
+        if guard.poll() is None:
+            guard.terminate()
+    guard_ok = guard.returncode == 0 and connector_state(connect) == "RUNNING"
+    print(f"    orders-sink is {connector_state(connect)}; guard run {'succeeded' if guard_ok else 'FAILED'}")
+    runs = [first_metrics, second_metrics]
+    summary(
+        [
+            ("records in", sum(int(m.get("records_in", 0)) for m in runs)),
+            (
+                "ok (written to orders.clean)",
+                sum(int(m.get("records_in", 0)) - int(m.get("total-records-skipped", 0)) for m in runs),
+            ),
+            ("failed (tolerated, sent to the DLQ)", sum(int(m.get("total-records-skipped", 0)) for m in runs)),
+            ("retried (transient failures)", sum(int(m.get("total-retries", 0)) for m in runs)),
+            ("in the DLQ", dlq_size(connect.bootstrap_servers)),
+            ("replayed", replayed.get("replayed", "?")),
+            ("parked", replayed.get("parked", "?")),
+            ("breach-to-paused latency", f"{latency:.1f} s"),
+            ("alerts received", len(receiver.alerts)),
+            ("connector orders-sink", connector_state(connect)),
+        ]
+    )
+    print(
+        "\nWhere to look next:\n"
+        f"  - the sink connector's output: {connect.output_file(CONNECTOR)}\n"
+        f"  - the guard's log: {guard_log}\n"
+        "  - the DAGs: dags/error_aware_pipeline.py, dags/tolerance_guard.py, dags/dlq_replay.py\n"
+        "  - the same DAGs in the Airflow UI: make ui\n"
+        "  - how to write your own: README.md"
+    )
+    return 0 if guard_ok and len(receiver.alerts) == 1 else 1
 
 
-def main() -> int:
+def run_single_dag(dag_id: str) -> int:
+    """The guard's process: run one DAG with the JSON conf in KERR_DEMO_CONF."""
+    states, _ = run_dag(dag_id, json.loads(os.environ.get("KERR_DEMO_CONF", "{}")))
+    print(f"{dag_id}: {states}", flush=True)
+    return 0 if all(state in ("success", "skipped") for state in states.values()) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--run-dag"]:
+        return run_single_dag(args[1])
+    directory = state_dir() / "demo"
+    directory.mkdir(parents=True, exist_ok=True)
     external = resolve_bootstrap_servers()
     broker = None
+    connect = None
+    receiver = AlertReceiver()
     try:
         if external:
             step(f"using the Kafka cluster named by KAFKA_BOOTSTRAP_SERVERS: {external}")
@@ -93,25 +274,21 @@ def main() -> int:
             bootstrap = external
         else:
             step("starting the embedded Kafka-protocol broker (Tansu)")
-            broker = LocalBroker(log_path=state_dir() / "demo-broker.log")
-            state_dir().mkdir(parents=True, exist_ok=True)
-            broker.start()
+            broker = LocalBroker(log_path=directory / "broker.log").start()
             bootstrap = broker.bootstrap_servers
             print(f"    broker at {bootstrap}")
+        step("starting the Kafka Connect stand-in (development and tests only) with sink connector orders-sink")
+        connect = ConnectStandIn(bootstrap, directory / f"connect-{int(time.time())}", transition_delay_s=1.0).start()
+        print(f"    Connect REST at {connect.url}; alerts go to {receiver.url}")
         step("preparing an isolated Airflow under .kerr/demo (SQLite, examples off)")
-        configure_airflow(state_dir() / "demo" / "airflow", bootstrap)
-        result = run_smoke(bootstrap)
+        configure_airflow(directory / "airflow", bootstrap, connect.port)
+        return run_story(bootstrap, connect, receiver)
     finally:
+        receiver.stop()
+        if connect is not None:
+            connect.stop(close_timeout_s=2)
         if broker is not None:
             broker.stop()
-    ok = all(state == "success" for state in result["states"].values()) and result["count"] == 1000
-    print("\n" + "-" * 60)
-    print(f"smoke result: {result['topic']} holds {result['count']} records (expected 1000)")
-    for task_id, state in result["states"].items():
-        print(f"    task {task_id:<16} {state}")
-    print(f"    DAG run took {result['seconds']:.1f} s")
-    print("-" * 60)
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":
