@@ -15,14 +15,15 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from airflow_kerr.hooks.connect_errors import TRANSIENT_ERRORS, KafkaConnectError
 from airflow_kerr.hooks.connect_status import ConnectorTarget, describe
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
+from airflow_kerr.triggers.base import KwargsTrigger
 
 
-class ConnectorStateTrigger(BaseTrigger):
+class ConnectorStateTrigger(KwargsTrigger):
     """Poll connectors' status until each meets its :class:`ConnectorTarget` or the deadline passes.
 
     :param targets: connector name -> ``ConnectorTarget.to_dict()``.
@@ -30,6 +31,8 @@ class ConnectorStateTrigger(BaseTrigger):
     :param poll_interval: seconds between polls.
     :param kafka_connect_conn_id: the ``kafka_connect`` connection.
     """
+
+    fields = ("targets", "deadline", "poll_interval", "kafka_connect_conn_id")
 
     def __init__(
         self,
@@ -43,17 +46,6 @@ class ConnectorStateTrigger(BaseTrigger):
         self.deadline = deadline
         self.poll_interval = poll_interval
         self.kafka_connect_conn_id = kafka_connect_conn_id
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "targets": self.targets,
-                "deadline": self.deadline,
-                "poll_interval": self.poll_interval,
-                "kafka_connect_conn_id": self.kafka_connect_conn_id,
-            },
-        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         targets = {name: ConnectorTarget.from_dict(data) for name, data in self.targets.items()}

@@ -11,15 +11,18 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.dead_letters import dlq_growth, newest_dead_letters
 from airflow_kerr.kafka.offsets import offset_consumer
+from airflow_kerr.triggers.base import KwargsTrigger
 
 
-class DeadLetterQueueTrigger(BaseTrigger):
+class DeadLetterQueueTrigger(KwargsTrigger):
     """Fire ``tripped`` once ``topic`` holds ``min_records`` more than ``baseline`` (partition -> offset)."""
+
+    fields = ("topic", "baseline", "min_records", "sample_size", "poll_interval", "kafka_config_id", "deadline")
 
     def __init__(
         self,
@@ -39,20 +42,6 @@ class DeadLetterQueueTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.kafka_config_id = kafka_config_id
         self.deadline = deadline
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "topic": self.topic,
-                "baseline": self.baseline,
-                "min_records": self.min_records,
-                "sample_size": self.sample_size,
-                "poll_interval": self.poll_interval,
-                "kafka_config_id": self.kafka_config_id,
-                "deadline": self.deadline,
-            },
-        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         config = await asyncio.to_thread(KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config)

@@ -12,14 +12,17 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.tolerance import ToleranceWatch
+from airflow_kerr.triggers.base import KwargsTrigger
 
 
-class ToleranceTrigger(BaseTrigger):
+class ToleranceTrigger(KwargsTrigger):
     """Poll a :class:`ToleranceWatch` built from ``watch`` (its plain settings) until its condition holds."""
+
+    fields = ("watch", "poll_interval", "kafka_config_id", "deadline")
 
     def __init__(
         self,
@@ -33,17 +36,6 @@ class ToleranceTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.kafka_config_id = kafka_config_id
         self.deadline = deadline
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "watch": self.watch,
-                "poll_interval": self.poll_interval,
-                "kafka_config_id": self.kafka_config_id,
-                "deadline": self.deadline,
-            },
-        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         config = await asyncio.to_thread(KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config)
