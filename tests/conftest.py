@@ -74,9 +74,9 @@ def kafka_bootstrap() -> Iterator[str]:
         yield broker.bootstrap_servers
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def kafka_config(kafka_bootstrap: str) -> dict[str, Any]:
-    """librdkafka settings for the test broker, as a `kafka` connection's extra would hold them."""
+    """librdkafka settings for the test broker, as a `kafka` connection's extra would hold them (a fresh dict)."""
     return {"bootstrap.servers": kafka_bootstrap}
 
 

@@ -8,6 +8,7 @@ Airflow imports: this module runs under spark-submit.
 from __future__ import annotations
 
 import base64
+import copy
 import importlib
 import json
 from collections.abc import Callable, Mapping
@@ -86,7 +87,11 @@ class PipelineSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PipelineSpec:
-        """Build and validate from plain data (JSON, a DAG's dict); every problem is reported at once."""
+        """Build and validate from plain data (JSON, a DAG's dict); every problem is reported at once.
+
+        The spec owns a deep copy: changing it never changes the caller's dicts.
+        """
+        data = copy.deepcopy(dict(data))
         problems: list[str] = []
         source_data = data.get("source")
         sink_data = data.get("sink")

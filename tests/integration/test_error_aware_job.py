@@ -276,7 +276,7 @@ def test_a_failed_dlq_write_fails_the_run_and_is_counted(
 
     assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001]
     failed = [r for r in read_metrics_records(kafka_config, f"{topic}.metrics", 0) if r.get("state") == "failed"]
-    assert failed and all(r["deadletterqueue-produce-failures"] >= 1 for r in failed)
+    assert any(r["deadletterqueue-produce-failures"] >= 1 for r in failed), failed
 
 
 def test_spark_kafka_format_without_its_jar_says_what_to_add(

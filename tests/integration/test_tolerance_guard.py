@@ -155,7 +155,12 @@ def test_breach_pauses_alerts_and_recovery_resumes(
     assert connect.status("orders-sink")["connector"]["state"] == "RUNNING"
     (alert,) = received
     assert alert["kerr"]["pipeline"] == "guarded"
-    assert alert["kerr"]["error_rate"] == pytest.approx(75 / 300)
-    assert alert["kerr"]["max_error_rate"] == 0.05
-    assert alert["kerr"]["dlq_topic"] == f"{topic}.dlq"
-    assert alert["text"].startswith("Tolerance breached in pipeline guarded: error rate 25.00%")
+    # One poisoned order in four; the guard may trip on the first Spark task's metrics
+    # before the second task has published its own, so the reading covers >= 100 records.
+    details = alert["kerr"]
+    assert details["records_in"] >= 100 and details["errors"] >= 20
+    assert details["error_rate"] == pytest.approx(details["errors"] / details["records_in"])
+    assert 0.2 <= details["error_rate"] <= 0.3
+    assert details["max_error_rate"] == 0.05
+    assert details["dlq_topic"] == f"{topic}.dlq"
+    assert alert["text"].startswith("Tolerance breached in pipeline guarded: error rate ")

@@ -59,3 +59,12 @@ def test_unknown_fields_and_missing_sections_are_named() -> None:
         PipelineSpec.from_dict({**GOOD, "colour": "blue"})
     with pytest.raises(InvalidPipelineSpec, match="must not be one of the source topics"):
         PipelineSpec.from_dict({**GOOD, "sink": {"kind": "kafka", "topic": "orders"}})
+
+
+def test_the_spec_does_not_share_the_callers_dicts() -> None:
+    data = {**GOOD, "kafka": {"bootstrap.servers": "a:9092"}}
+    spec = PipelineSpec.from_dict(data)
+    spec.kafka["message.max.bytes"] = 1000
+    spec.errors["errors.tolerance"] = "none"
+    assert data["kafka"] == {"bootstrap.servers": "a:9092"}
+    assert GOOD["errors"]["errors.tolerance"] == "all"
