@@ -10,7 +10,7 @@ so the replay and the sensors work on a DLQ written by any of them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -251,25 +251,102 @@ def _decode(value: bytes | str | None) -> str | None:
 def _to_int(text: str | None) -> int | None:
     if text is None:
         return None
+    if text.isdigit() and text.isascii():
+        return int(text)
     try:
         return int(text.strip())
     except ValueError:
         return None
 
 
-def _first(found: Mapping[str, str | None], *names: str) -> str | None:
-    for name in names:
-        if name in found and found[name] is not None:
-            return found[name]
+#: The header sets in order of precedence, when a record carries several.
+_HEADER_SETS = (HeaderSet.CONNECT, HeaderSet.DLQ, HeaderSet.STREAMS)
+#: Every error header the parser reads a field from, and the rank in _HEADER_SETS of its set.
+_KNOWN_ERROR_HEADERS: dict[str, int] = {
+    **dict.fromkeys(
+        (
+            ERROR_HEADER_ORIG_TOPIC,
+            ERROR_HEADER_ORIG_PARTITION,
+            ERROR_HEADER_ORIG_OFFSET,
+            ERROR_HEADER_CONNECTOR_NAME,
+            ERROR_HEADER_TASK_ID,
+            ERROR_HEADER_STAGE,
+            ERROR_HEADER_EXECUTING_CLASS,
+            ERROR_HEADER_EXCEPTION,
+            ERROR_HEADER_EXCEPTION_MESSAGE,
+            ERROR_HEADER_EXCEPTION_STACK_TRACE,
+        ),
+        0,
+    ),
+    **dict.fromkeys(
+        (
+            DLQ_HEADER_TOPIC,
+            DLQ_HEADER_PARTITION,
+            DLQ_HEADER_OFFSET,
+            DLQ_HEADER_GROUP,
+            DLQ_HEADER_DELIVERY_COUNT,
+            DLQ_HEADER_MESSAGE,
+        ),
+        1,
+    ),
+    **dict.fromkeys(
+        (
+            STREAMS_HEADER_EXCEPTION,
+            STREAMS_HEADER_MESSAGE,
+            STREAMS_HEADER_STACKTRACE,
+            STREAMS_HEADER_TOPIC,
+            STREAMS_HEADER_PARTITION,
+            STREAMS_HEADER_OFFSET,
+        ),
+        2,
+    ),
+}
+#: A stage header's text and its stage: only a member name is recognised, as Connect writes it.
+_STAGES: dict[str, Stage] = {name: Stage(name) for name in Stage.__members__}
+_DEAD_LETTER_FIELDS = (
+    "header_set",
+    "source_topic",
+    "source_partition",
+    "source_offset",
+    "stage",
+    "executing_class",
+    "exception_class",
+    "exception_message",
+    "exception_stacktrace",
+    "connector_name",
+    "task_id",
+    "group",
+    "delivery_count",
+    "key",
+    "value",
+    "headers",
+    "timestamp",
+    "topic",
+    "partition",
+    "offset",
+    "error_headers",
+)
+if tuple(f.name for f in fields(DeadLetterRecord)) != _DEAD_LETTER_FIELDS:  # pragma: no cover - a guard for edits
+    raise ImportError("parse_dead_letter builds DeadLetterRecord field by field: update _DEAD_LETTER_FIELDS and it")
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+
+
+def _rank_of(name: str) -> int:
+    """The rank in :data:`_HEADER_SETS` of an error header the parser has no field for (its prefix says which)."""
+    if name.startswith(HEADER_PREFIX):
+        return 0
+    return 1 if name.startswith(DLQ_HEADER_PREFIX) else 2
+
+
+def _either(first: str | None, *others: str | None) -> str | None:
+    """The first value that is not ``None``."""
+    if first is not None:
+        return first
+    for other in others:
+        if other is not None:
+            return other
     return None
-
-
-def _header_pairs(headers: RawHeaders) -> Iterable[tuple[str, bytes | str | None]]:
-    if headers is None:
-        return ()
-    if isinstance(headers, Mapping):
-        return headers.items()
-    return headers
 
 
 def parse_dead_letter(
@@ -288,51 +365,80 @@ def parse_dead_letter(
     ``partition``, ``offset`` and ``timestamp`` locate the DLQ record itself. When a header
     repeats, the last one wins: Connect appends, so the newest failure is last. When several
     sets are present, Connect's fields take precedence, then KIP-1191's, then Streams'.
+
+    The replay calls this once per record, so it reads the headers in one pass, decodes
+    each error header once, and builds the frozen record without its generated ``__init__``
+    (which sets the 21 fields one ``object.__setattr__`` at a time).
     """
     error_headers: dict[str, str | None] = {}
     original: list[Header] = []
-    for name, raw in _header_pairs(headers):
-        if name.startswith(_ERROR_PREFIXES):
-            error_headers[name] = _decode(raw)
-        else:
-            original.append((name, raw.encode("utf-8") if isinstance(raw, str) else raw))
-
-    header_set: HeaderSet | None = None
-    for candidate, prefix in ((HeaderSet.CONNECT, HEADER_PREFIX), (HeaderSet.DLQ, DLQ_HEADER_PREFIX)):
-        if any(name.startswith(prefix) for name in error_headers):
-            header_set = candidate
-            break
-    if header_set is None and any(name.startswith(STREAMS_HEADER_PREFIX) for name in error_headers):
-        header_set = HeaderSet.STREAMS
-
-    stage_text = error_headers.get(ERROR_HEADER_STAGE)
-    stage = Stage(stage_text) if stage_text is not None and stage_text in Stage.__members__ else None
-    return DeadLetterRecord(
-        header_set=header_set,
-        source_topic=_first(error_headers, ERROR_HEADER_ORIG_TOPIC, DLQ_HEADER_TOPIC, STREAMS_HEADER_TOPIC),
-        source_partition=_to_int(
-            _first(error_headers, ERROR_HEADER_ORIG_PARTITION, DLQ_HEADER_PARTITION, STREAMS_HEADER_PARTITION)
-        ),
-        source_offset=_to_int(
-            _first(error_headers, ERROR_HEADER_ORIG_OFFSET, DLQ_HEADER_OFFSET, STREAMS_HEADER_OFFSET)
-        ),
-        stage=stage,
-        executing_class=error_headers.get(ERROR_HEADER_EXECUTING_CLASS),
-        exception_class=_first(error_headers, ERROR_HEADER_EXCEPTION, STREAMS_HEADER_EXCEPTION),
-        exception_message=_first(
-            error_headers, ERROR_HEADER_EXCEPTION_MESSAGE, DLQ_HEADER_MESSAGE, STREAMS_HEADER_MESSAGE
-        ),
-        exception_stacktrace=_first(error_headers, ERROR_HEADER_EXCEPTION_STACK_TRACE, STREAMS_HEADER_STACKTRACE),
-        connector_name=error_headers.get(ERROR_HEADER_CONNECTOR_NAME),
-        task_id=_to_int(error_headers.get(ERROR_HEADER_TASK_ID)),
-        group=error_headers.get(DLQ_HEADER_GROUP),
-        delivery_count=_to_int(error_headers.get(DLQ_HEADER_DELIVERY_COUNT)),
-        key=key,
-        value=value,
-        headers=tuple(original),
-        timestamp=timestamp,
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        error_headers=error_headers,
+    keep = original.append
+    known = _KNOWN_ERROR_HEADERS.get
+    # The header set found: the lowest rank in _HEADER_SETS (Connect first), 3 for none.
+    rank = 3
+    pairs: Iterable[tuple[str, bytes | str | None]] = (
+        () if headers is None else headers.items() if isinstance(headers, Mapping) else headers
     )
+    for name, raw in pairs:
+        found = known(name)
+        if found is None:
+            if not name.startswith(_ERROR_PREFIXES):
+                keep((name, raw.encode("utf-8") if isinstance(raw, str) else raw))
+                continue
+            found = _rank_of(name)
+        if found < rank:
+            rank = found
+        error_headers[name] = raw.decode("utf-8", errors="replace") if type(raw) is bytes else _decode(raw)
+
+    fields_of: dict[str, Any]
+    if rank == 3:
+        fields_of = dict.fromkeys(_DEAD_LETTER_FIELDS[:13])
+    else:
+        get = error_headers.get
+        # Connect's header first; the others are looked up only when it is missing.
+        source_topic = get(ERROR_HEADER_ORIG_TOPIC)
+        if source_topic is None:
+            source_topic = _either(get(DLQ_HEADER_TOPIC), get(STREAMS_HEADER_TOPIC))
+        source_partition = get(ERROR_HEADER_ORIG_PARTITION)
+        if source_partition is None:
+            source_partition = _either(get(DLQ_HEADER_PARTITION), get(STREAMS_HEADER_PARTITION))
+        source_offset = get(ERROR_HEADER_ORIG_OFFSET)
+        if source_offset is None:
+            source_offset = _either(get(DLQ_HEADER_OFFSET), get(STREAMS_HEADER_OFFSET))
+        exception_class = get(ERROR_HEADER_EXCEPTION)
+        if exception_class is None:
+            exception_class = get(STREAMS_HEADER_EXCEPTION)
+        message = get(ERROR_HEADER_EXCEPTION_MESSAGE)
+        if message is None:
+            message = _either(get(DLQ_HEADER_MESSAGE), get(STREAMS_HEADER_MESSAGE))
+        stacktrace = get(ERROR_HEADER_EXCEPTION_STACK_TRACE)
+        if stacktrace is None:
+            stacktrace = get(STREAMS_HEADER_STACKTRACE)
+        stage_text = get(ERROR_HEADER_STAGE)
+        fields_of = {
+            "header_set": _HEADER_SETS[rank],
+            "source_topic": source_topic,
+            "source_partition": _to_int(source_partition),
+            "source_offset": _to_int(source_offset),
+            "stage": None if stage_text is None else _STAGES.get(stage_text),
+            "executing_class": get(ERROR_HEADER_EXECUTING_CLASS),
+            "exception_class": exception_class,
+            "exception_message": message,
+            "exception_stacktrace": stacktrace,
+            "connector_name": get(ERROR_HEADER_CONNECTOR_NAME),
+            "task_id": _to_int(get(ERROR_HEADER_TASK_ID)),
+            "group": get(DLQ_HEADER_GROUP),
+            "delivery_count": _to_int(get(DLQ_HEADER_DELIVERY_COUNT)),
+        }
+    fields_of["key"] = key
+    fields_of["value"] = value
+    fields_of["headers"] = tuple(original)
+    fields_of["timestamp"] = timestamp
+    fields_of["topic"] = topic
+    fields_of["partition"] = partition
+    fields_of["offset"] = offset
+    fields_of["error_headers"] = error_headers
+    # The fields a dataclass __init__ would set, in one assignment; the record stays frozen.
+    record: DeadLetterRecord = _new_object(DeadLetterRecord)
+    _set_attribute(record, "__dict__", fields_of)
+    return record

@@ -93,6 +93,7 @@ class DlqReplay:
         self.timeout_s = timeout_s
         self._stop_requested = False
         self._known_topics: dict[str, bool] = {}
+        self._listed_partitions: dict[str, list[int]] = {}
         self._metadata: Consumer | None = None
 
     def stop(self) -> None:
@@ -118,6 +119,9 @@ class DlqReplay:
             assert self._metadata is not None
             listed = self._metadata.list_topics(timeout=self.timeout_s).topics
             self._known_topics.update({name: True for name, md in listed.items() if md.error is None})
+            self._listed_partitions.update(
+                {name: sorted(md.partitions) for name, md in listed.items() if md.error is None and md.partitions}
+            )
         if topic not in self._known_topics:
             assert self._metadata is not None
             try:
@@ -132,8 +136,13 @@ class DlqReplay:
         o = self.options
         problems: list[str] = []
         partitions: list[int] = []
+        # The snapshot is needed anyway (for the parking topic); it usually names the DLQ's
+        # partitions too, which saves a second metadata round trip.
+        self._topic_exists(o.parking_topic)
         try:
-            partitions = [p for _, p in topic_partitions(metadata, o.dlq_topic, self.timeout_s)]
+            partitions = self._listed_partitions.get(o.dlq_topic) or [
+                p for _, p in topic_partitions(metadata, o.dlq_topic, self.timeout_s)
+            ]
         except OffsetLookupError as error:
             problems.append(f"dlq_topic={o.dlq_topic!r}: {error}")
         if o.target_topic and not self._topic_exists(o.target_topic):
@@ -147,7 +156,6 @@ class DlqReplay:
                 )
         if problems:
             raise InvalidReplayOptions(problems)
-        self._topic_exists(o.parking_topic)
         return partitions
 
     def plan(
@@ -411,7 +419,8 @@ class DlqReplay:
         The hot loop of a replay: names are bound to locals because attribute look-ups per
         record are a visible share of its cost.
         """
-        matches = self.options.selection.matches
+        selection = self.options.selection
+        matches = None if selection.everything else selection.matches
         dlq = self.options.dlq_topic
         counts = BatchCounts()
         count = counts.count
@@ -443,7 +452,7 @@ class DlqReplay:
                 offset=offset,
                 timestamp=ts if kind and ts >= 0 else None,
             )
-            if matches(letter):
+            if matches is None or matches(letter):
                 if selected == limit:
                     break
                 selected += 1

@@ -95,6 +95,20 @@ class Selection:
     end_offset: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def everything(self) -> bool:
+        """True when no criterion is set, so every record matches (the replay then skips :meth:`matches`)."""
+        return (
+            not self.source_topics
+            and not self.stages
+            and self.exception_class is None
+            and self.start_time_ms is None
+            and self.end_time_ms is None
+            and self.start_offset is None
+            and self.end_offset is None
+            and not self.headers
+        )
+
     def matches(self, letter: DeadLetterRecord) -> bool:
         """True when the record meets every criterion, cheapest checks first."""
         if self.source_topics and letter.source_topic not in self.source_topics:
@@ -240,9 +254,13 @@ def decide(letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: Repl
     return Decision(Action.REPLAY, record)
 
 
+#: ``__kerr.replay.count`` headers for the counts a replay writes most, built once.
+_COUNT_HEADERS: tuple[Header, ...] = tuple((HEADER_REPLAY_COUNT, str(n).encode()) for n in range(16))
+
+
 def _lineage(letter: DeadLetterRecord, policy: ReplayPolicy, count: int) -> list[Header]:
     return [
-        (HEADER_REPLAY_COUNT, str(count).encode()),
+        _COUNT_HEADERS[count] if 0 <= count < 16 else (HEADER_REPLAY_COUNT, str(count).encode()),
         (HEADER_REPLAY_SOURCE, f"{letter.topic}/{letter.partition}/{letter.offset}".encode()),
         policy.run_header,
     ]

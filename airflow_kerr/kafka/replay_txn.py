@@ -142,7 +142,10 @@ class TransactionalWriter:
                     self.abort()
                     return False
                 try:
-                    _send(produce, record)
+                    if record.timestamp is None:
+                        produce(record.topic, record.value, record.key, headers=record.headers)
+                    else:
+                        _send(produce, record)
                 except Exception as error:
                     self._produce_failed(record, error)
             self._call(
