@@ -4,8 +4,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
+# The browser test drives Debian's chromium, never a browser Playwright downloads.
+CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test lint check-java install clean
+.PHONY: demo test lint check-java check-chromium install clean ui
 
 $(PY):
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required, found " + sys.version.split()[0])'
@@ -22,16 +24,30 @@ check-java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required by Spark and was not found on PATH. Install it (Debian/Ubuntu: apt-get install openjdk-17-jre-headless) and run make again." >&2; exit 1; }
 	@java -version 2>&1 | head -1
 
+check-chromium:
+	@test -x $(CHROMIUM) || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing Debian's chromium for the browser test: apt-get install chromium"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "The browser test needs chromium at $(CHROMIUM), which was not found. Install it (Debian/Ubuntu: sudo apt-get install chromium) or set CHROMIUM=/path/to/chromium, and run make again." >&2; exit 1; \
+	  fi; }
+	@test -x $(CHROMIUM) || { echo "apt-get install chromium did not provide $(CHROMIUM)" >&2; exit 1; }
+
 lint: install
 	$(VENV)/bin/ruff check airflow_kerr dags tests benchmarks
 	$(VENV)/bin/ruff format --check airflow_kerr dags tests benchmarks
 	$(VENV)/bin/mypy
 
-test: install check-java lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: install check-java check-chromium lint
+	KERR_CHROMIUM=$(CHROMIUM) $(PY) -m pytest $(PYTEST_ARGS)
 
 demo: install check-java
 	$(PY) -m airflow_kerr.local.demo
+
+# A real Airflow (api-server, scheduler, triggerer, dag-processor) on the embedded stack; Ctrl-C stops it all.
+ui: install check-java
+	$(PY) -m airflow_kerr.local.ui
 
 clean:
 	rm -rf $(VENV) .kerr build *.egg-info

@@ -1,1 +1,1 @@
-"""The embedded development stack: broker launcher, Kafka Connect stand-in, the kerr CLI."""
+"""The embedded development stack: broker launcher, Kafka Connect stand-in, local Airflow UI, the kerr CLI."""

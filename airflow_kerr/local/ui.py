@@ -1,0 +1,529 @@
+"""``make ui``: a real local Airflow wired to the embedded stack, for clicking through the example DAGs.
+
+It starts the embedded broker (or uses ``KAFKA_BOOTSTRAP_SERVERS``), the Kafka Connect
+REST stand-in, and ``airflow standalone`` (api-server, scheduler, triggerer,
+dag-processor on SQLite, with the LocalExecutor) whose ``kafka_default``,
+``spark_default`` and ``kafka_connect_default`` connections point at them. Everything
+it writes lives under ``.kerr/ui``.
+
+:func:`start_local_ui` is the one piece of code behind both ``make ui`` and the
+browser test, so the test clicks through exactly what a person gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from airflow_kerr.local.broker import BrokerUnavailable, LocalBroker, free_port, resolve_bootstrap_servers
+from airflow_kerr.local.cli import state_dir
+from airflow_kerr.local.connect import ConnectStandIn
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_PORT = 8080
+CONNECT_DEFAULT_PORT = 8083
+#: The login of a local development UI (it listens on 127.0.0.1 unless told otherwise); printed by ``make ui``.
+USERNAME = "admin"
+PASSWORD = "admin"
+ROLE = "admin"
+#: The DLQ topic the ``dlq_replay`` form names by default; seeded so a dry run with the defaults has work to show.
+SAMPLE_DLQ_TOPIC = "orders.dlq"
+SAMPLE_SOURCE_TOPIC = "orders"
+_PR_SET_PDEATHSIG = 1
+_HEALTHY_COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+
+
+class LocalUIError(RuntimeError):
+    """The local Airflow UI could not be started or did not become ready."""
+
+
+def _port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def preferred_port(port: int, host: str = "127.0.0.1") -> int:
+    """``port`` when it is free (so URLs stay familiar), otherwise any free port."""
+    return port if _port_free(port, host) else free_port(host)
+
+
+def _interrupt_with_parent() -> None:
+    """Send SIGINT to ``airflow standalone`` if its parent dies: SIGINT is what makes it stop its components."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+
+
+def connection_variables(bootstrap_servers: str, connect_host: str, connect_port: int) -> dict[str, str]:
+    """The provider's three connections as ``AIRFLOW_CONN_*`` variables, pointing at the embedded stack."""
+    return {
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap_servers}}
+        ),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT": json.dumps(
+            {"conn_type": "kafka_connect", "host": connect_host, "port": connect_port, "schema": "http"}
+        ),
+    }
+
+
+def airflow_environment(
+    home: Path,
+    *,
+    host: str,
+    port: int,
+    password_file: Path,
+    connections: Mapping[str, str],
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment ``airflow standalone`` runs with.
+
+    The component count and pool sizes are kept small because the UI shares a laptop
+    (or a 2-core CI machine) with Spark; every process must agree on the JWT secret
+    and on where the execution API is, so both are set here rather than left to
+    each process's defaults.
+    """
+    python_bin = Path(sys.executable).parent
+    env = dict(os.environ if base is None else base)
+    env.update(connections)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__AUTH_MANAGER": (
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:{ROLE}",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(password_file),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{_client_host(host)}:{port}/execution/",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__API__HOST": host,
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            # standalone starts its components as `airflow ...` from PATH, and Spark's submit script lives here too.
+            "PATH": f"{python_bin}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
+    return env
+
+
+def _client_host(host: str) -> str:
+    """The address a client on this machine uses to reach a server listening on ``host``."""
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+
+
+def write_password_file(path: Path, username: str, password: str) -> None:
+    """Give the simple auth manager a known password, so the login can be printed and used by tests."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({username: password}) + "\n")
+    path.chmod(0o600)
+
+
+def seed_dead_letters(
+    bootstrap_servers: str, dlq_topic: str, source_topic: str = SAMPLE_SOURCE_TOPIC, count: int = 20
+) -> int:
+    """Create ``dlq_topic`` and fill it with ``count`` invalid orders as the error-aware job writes them.
+
+    Half have a negative amount (the example fix repairs them), half are cut-short JSON
+    (the fix parks them), so a dry run of ``dlq_replay`` has a breakdown to show.
+    """
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
+    from airflow_kerr.examples.orders import InvalidOrder
+
+    config: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers}
+    admin = AdminClient(config)
+    existing = admin.list_topics(timeout=10).topics
+    wanted = [NewTopic(topic, 1, 1) for topic in (source_topic, dlq_topic) if topic not in existing]
+    for future in admin.create_topics(wanted).values() if wanted else ():
+        future.result(timeout=30)
+    producer = Producer(config)
+    now_ms = int(time.time() * 1000)
+    for index in range(count):
+        order_id = f"o-{index}"
+        error: Exception
+        if index % 2:
+            value = f'{{"id": "{order_id}", "amount": '.encode()
+            stage, error = Stage.VALUE_CONVERTER, json.JSONDecodeError("Expecting value", value.decode(), len(value))
+        else:
+            value = json.dumps({"id": order_id, "amount": -12.5 - index}).encode()
+            stage, error = Stage.TRANSFORMATION, InvalidOrder(f"order {order_id} has a non-positive amount")
+        record = SourceRecord(source_topic, 0, index, now_ms, key=order_id.encode(), value=value)
+        context = ErrorContext(TaskId("orders_pipeline", 0), stage, "airflow_kerr.examples.orders", error, record)
+        producer.produce(**build_dead_letter_record(context, topic=dlq_topic).produce_kwargs())
+    if producer.flush(30) != 0:
+        raise LocalUIError(f"could not write the sample dead letters to {dlq_topic}")
+    return count
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+#: A process as (pid, start time in clock ticks): a pid alone may be reused by an unrelated process.
+Process = tuple[int, int]
+
+
+def _identity(pid: int) -> Process | None:
+    fields = _stat(pid)
+    return (pid, int(fields[19])) if fields else None
+
+
+def _descendants(root: int) -> list[Process]:
+    """Every process below ``root``, found through /proc, so a component that left the group is still stopped."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))):
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[Process] = []
+    pending = [root]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            if identity := _identity(child):
+                found.append(identity)
+            pending.append(child)
+    return found
+
+
+def pid_alive(process: Process) -> bool:
+    """True while that very process runs (not a zombie, and its pid not reused)."""
+    fields = _stat(process[0])
+    return fields is not None and fields[0] != "Z" and int(fields[19]) == process[1]
+
+
+def process_tree(root: int) -> list[Process]:
+    """``root`` and every process below it, as identities :func:`pid_alive` can check later."""
+    identity = _identity(root)
+    return [*([identity] if identity else []), *_descendants(root)]
+
+
+def _wait_gone(processes: Iterable[Process], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    pending = list(processes)
+    while pending and time.monotonic() < deadline:
+        pending = [process for process in pending if pid_alive(process)]
+        if pending:
+            time.sleep(0.2)
+    return not pending
+
+
+@dataclass
+class LocalUI:
+    """A running local Airflow UI and the embedded stack behind it; :meth:`stop` ends all of it."""
+
+    url: str
+    username: str
+    password: str
+    airflow_home: Path
+    log_path: Path
+    bootstrap_servers: str
+    connect_url: str
+    process: subprocess.Popen[bytes] | None = None
+    broker: LocalBroker | None = None
+    connect: ConnectStandIn | None = None
+    _stopped: bool = field(default=False, repr=False)
+
+    def token(self, timeout_s: float = 30.0) -> str:
+        """A JWT for the REST API, got with the same login the browser uses."""
+        response = httpx.post(
+            f"{self.url}/auth/token", json={"username": self.username, "password": self.password}, timeout=timeout_s
+        )
+        response.raise_for_status()
+        token: str = response.json()["access_token"]
+        return token
+
+    def api(self, timeout_s: float = 30.0) -> httpx.Client:
+        """An HTTP client for ``/api/v2``, logged in."""
+        return httpx.Client(
+            base_url=f"{self.url}/api/v2",
+            headers={"Authorization": f"Bearer {self.token()}"},
+            timeout=timeout_s,
+        )
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The end of the standalone log, for error messages."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """Stop Airflow (SIGINT to standalone, as Ctrl-C would), then the stand-in and the broker."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.process is not None:
+            _stop_process_group(self.process)
+        if self.connect is not None:
+            self.connect.stop()
+        if self.broker is not None:
+            self.broker.stop()
+
+    def __enter__(self) -> LocalUI:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _stop_process_group(process: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
+    """Ctrl-C ``airflow standalone``; whatever is left of its group after ``grace_s`` gets SIGTERM, then SIGKILL.
+
+    Only the standalone process gets the SIGINT: it then terminates each component,
+    which is the shutdown they handle well (a scheduler that also gets the SIGINT
+    itself hangs waiting for its executor's workers). SIGTERM to standalone would kill
+    it and orphan the components. They start processes of their own, so the
+    descendants are collected first and checked at the end.
+    """
+    if process.poll() is not None:
+        return
+    processes = process_tree(process.pid)
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGINT)
+    if not _wait_gone(processes, timeout_s=grace_s):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, sig)
+            for pid, _ in filter(pid_alive, processes):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            if _wait_gone(processes, timeout_s=10.0):
+                break
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=5)
+
+
+def _wait_ready(ui: LocalUI, wait_for_dags: Iterable[str], timeout_s: float) -> None:
+    """Return once every component reports healthy and the DAGs are parsed; fail early on a DAG import error."""
+    deadline = time.monotonic() + timeout_s
+    problem = "the api-server did not answer"
+
+    def check_alive() -> None:
+        if ui.process is not None and ui.process.poll() is not None:
+            raise LocalUIError(f"airflow standalone exited with code {ui.process.returncode}:\n{ui.log_tail()}")
+
+    while True:
+        check_alive()
+        try:
+            health = httpx.get(f"{ui.url}/api/v2/monitor/health", timeout=5).json()
+            unhealthy = [name for name in _HEALTHY_COMPONENTS if health.get(name, {}).get("status") != "healthy"]
+            if not unhealthy:
+                break
+            problem = f"not healthy yet: {', '.join(unhealthy)} ({health})"
+        except (httpx.HTTPError, ValueError) as exc:
+            problem = f"the api-server did not answer: {exc}"
+        if time.monotonic() > deadline:
+            raise LocalUIError(f"Airflow was not ready after {timeout_s:.0f} s: {problem}\n{ui.log_tail()}")
+        time.sleep(1)
+
+    wanted = set(wait_for_dags)
+    with ui.api() as api:
+        while True:
+            check_alive()
+            errors = api.get("/importErrors").json().get("import_errors", [])
+            if errors:
+                details = "\n".join(f"{e.get('filename')}: {e.get('stack_trace')}" for e in errors)
+                raise LocalUIError(f"DAG files failed to import:\n{details}")
+            found = {dag["dag_id"] for dag in api.get("/dags", params={"limit": 100}).json().get("dags", [])}
+            if wanted <= found:
+                return
+            if time.monotonic() > deadline:
+                raise LocalUIError(
+                    f"DAGs {sorted(wanted - found)} were not parsed after {timeout_s:.0f} s (found {sorted(found)})"
+                )
+            time.sleep(1)
+
+
+def start_local_ui(
+    home: Path | None = None,
+    *,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    connect_port: int | None = None,
+    bootstrap_servers: str | None = None,
+    seed_sample_dlq: bool = True,
+    wait_for_dags: Iterable[str] = ("dlq_replay",),
+    startup_timeout_s: float = 300.0,
+) -> LocalUI:
+    """Start the broker, the Connect stand-in and ``airflow standalone``; return once the UI can be used.
+
+    ``home`` holds the Airflow home (``airflow/``) and the logs; it defaults to
+    ``.kerr/ui``. The metadata DB is kept between runs, so a second start is quicker
+    and earlier runs stay visible. The broker is ``bootstrap_servers`` when given (the
+    tests share theirs), else ``KAFKA_BOOTSTRAP_SERVERS``, else an embedded one whose
+    ``orders.dlq`` is seeded with sample dead letters. On any failure everything
+    already started is stopped before the error is raised.
+    """
+    home = (home or state_dir() / "ui").resolve()
+    airflow_home = home / "airflow"
+    airflow_home.mkdir(parents=True, exist_ok=True)
+    port = port or preferred_port(DEFAULT_PORT, _client_host(host))
+    client_host = _client_host(host)
+    ui = LocalUI(
+        url=f"http://{client_host}:{port}",
+        username=USERNAME,
+        password=PASSWORD,
+        airflow_home=airflow_home,
+        log_path=home / "standalone.log",
+        bootstrap_servers="",
+        connect_url="",
+    )
+    try:
+        external = bootstrap_servers or resolve_bootstrap_servers()
+        if external:
+            ui.bootstrap_servers = external
+        else:
+            ui.broker = LocalBroker(log_path=home / "broker.log").start()
+            ui.bootstrap_servers = ui.broker.bootstrap_servers
+            if seed_sample_dlq:
+                seed_dead_letters(ui.bootstrap_servers, SAMPLE_DLQ_TOPIC)
+        ui.connect = ConnectStandIn(
+            ui.bootstrap_servers, home / "connect", port=connect_port or preferred_port(CONNECT_DEFAULT_PORT)
+        ).start()
+        ui.connect_url = ui.connect.url
+        password_file = airflow_home / "simple_auth_manager_passwords.json"
+        write_password_file(password_file, ui.username, ui.password)
+        env = airflow_environment(
+            airflow_home,
+            host=host,
+            port=port,
+            password_file=password_file,
+            connections=connection_variables(ui.bootstrap_servers, ui.connect.host, ui.connect.port),
+        )
+        with open(ui.log_path, "wb") as log:
+            ui.process = subprocess.Popen(
+                [sys.executable, "-m", "airflow", "standalone"],
+                cwd=airflow_home,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_interrupt_with_parent,
+            )
+        _wait_ready(ui, wait_for_dags, startup_timeout_s)
+    except BaseException:
+        ui.stop()
+        raise
+    return ui
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_kerr.local.ui",
+        description="A local Airflow UI (airflow standalone) wired to the embedded Kafka stack.",
+    )
+    parser.add_argument("--port", type=int, default=0, help=f"UI port (default: {DEFAULT_PORT}, or a free one)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address the UI listens on (default: 127.0.0.1, this machine only; the login is admin/admin)",
+    )
+    parser.add_argument("--home", type=Path, default=None, help="state directory (default: .kerr/ui)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for Airflow to be ready")
+    return parser
+
+
+def _banner(ui: LocalUI) -> str:
+    kafka = ui.bootstrap_servers + ("" if ui.broker else " (KAFKA_BOOTSTRAP_SERVERS)")
+    sample = (
+        f"{SAMPLE_DLQ_TOPIC} holds 20 sample dead letters"
+        if ui.broker
+        else "point the form at a DLQ topic of your cluster"
+    )
+    return "\n".join(
+        [
+            "",
+            "-" * 72,
+            f"Airflow UI      {ui.url}",
+            f"Log in as       {ui.username} / {ui.password}",
+            "",
+            f"kafka_default          {kafka}",
+            f"kafka_connect_default  {ui.connect_url} (Kafka Connect REST stand-in)",
+            "spark_default          local[2]",
+            "",
+            f"Try it: open dlq_replay, Trigger, keep 'Dry run' ticked ({sample}).",
+            f"Airflow logs    {ui.log_path}",
+            "Press Ctrl-C to stop everything.",
+            "-" * 72,
+        ]
+    )
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM stops the UI the way Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the local UI, print how to reach it, and keep it running until Ctrl-C or SIGTERM."""
+    args = build_parser().parse_args(argv)
+    if args.port and not _port_free(args.port, _client_host(args.host)):
+        print(f"kerr ui: port {args.port} is already in use; choose another with --port", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _interrupt)
+    print("Starting the embedded broker, the Kafka Connect stand-in and airflow standalone ...", flush=True)
+    try:
+        ui = start_local_ui(args.home, port=args.port or None, host=args.host, startup_timeout_s=args.timeout)
+    except (LocalUIError, BrokerUnavailable, OSError) as exc:
+        print(f"kerr ui: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    print(_banner(ui), flush=True)
+    code = 0
+    try:
+        while ui.process is not None and ui.process.poll() is None:
+            time.sleep(1)
+        print(f"kerr ui: airflow standalone exited:\n{ui.log_tail()}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        print("\nStopping Airflow, the Kafka Connect stand-in and the broker ...", flush=True)
+    finally:
+        # A second Ctrl-C must not cut the shutdown short and leave components behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        ui.stop()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

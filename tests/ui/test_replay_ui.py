@@ -1,0 +1,193 @@
+"""The on-call path in a real browser: log in, trigger ``dlq_replay`` from its form, see the run succeed.
+
+It drives Debian's chromium (never a browser Playwright downloads) through Playwright
+against the same local Airflow ``make ui`` starts: ``airflow standalone`` with the
+embedded broker and the Kafka Connect stand-in. Screenshots go to
+``tests/ui/artifacts/`` so a person can see what the test saw.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+
+from airflow_kerr.kafka.offsets import end_offsets
+from airflow_kerr.local.broker import free_port
+from airflow_kerr.local.ui import LocalUI, pid_alive, process_tree, seed_dead_letters, start_local_ui
+
+pytestmark = [pytest.mark.ui, pytest.mark.airflow, pytest.mark.timeout(360)]
+
+CHROMIUM = Path(os.environ.get("KERR_CHROMIUM", "/usr/bin/chromium"))
+# The flags headless chromium needs as root in a container with no GPU, and no calls home.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+DEAD_LETTERS = 20
+RUN_TIMEOUT_S = 180.0
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Path:
+    """Debian's chromium and the Playwright driver; fail (never skip) saying what to install."""
+    missing = []
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append(
+            "the Python package 'playwright' (pip install -e '.[dev]'; do not run 'playwright install', "
+            "the test drives Debian's chromium)"
+        )
+    if not (CHROMIUM.exists() and os.access(CHROMIUM, os.X_OK)):
+        found = shutil.which("chromium")
+        missing.append(
+            f"chromium at {CHROMIUM} (Debian: apt-get install chromium; make test installs it when run as root"
+            + (f"; one was found at {found}, point KERR_CHROMIUM at it" if found else "")
+            + ")"
+        )
+    if missing:
+        pytest.fail("The browser test needs " + " and ".join(missing))
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def local_ui(chromium: Path, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalUI]:
+    """``make ui``'s stack on free ports, sharing the session's broker; afterwards every process it started is gone."""
+    ui = start_local_ui(
+        tmp_path_factory.mktemp("kerr-ui"),
+        port=free_port(),
+        connect_port=free_port(),
+        bootstrap_servers=kafka_bootstrap,
+        seed_sample_dlq=False,
+        startup_timeout_s=180,
+    )
+    assert ui.process is not None
+    try:
+        yield ui
+    finally:
+        started = process_tree(ui.process.pid)
+        ui.stop()
+    left = [process for process in started if pid_alive(process)]
+    assert not left, f"processes of the local UI still run after stop(): {left}"
+
+
+@pytest.fixture
+def browser_page(chromium: Path, tmp_path: Path) -> Iterator[Any]:
+    """A page in headless chromium with a fresh profile."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(chromium),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000},
+        )
+        context.set_default_timeout(60_000)
+        try:
+            yield context.pages[0] if context.pages else context.new_page()
+        finally:
+            context.close()
+
+
+def _wait_for_run(ui: LocalUI, run_id: str) -> dict[str, Any]:
+    """Poll the REST API (same login as the browser) until the run ends; on failure show the task log."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    with ui.api() as api:
+        while True:
+            run: dict[str, Any] = api.get(f"/dags/dlq_replay/dagRuns/{run_id}").raise_for_status().json()
+            if run["state"] == "success":
+                return run
+            if run["state"] == "failed" or time.monotonic() > deadline:
+                log = api.get(f"/dags/dlq_replay/dagRuns/{run_id}/taskInstances/replay/logs/1")
+                pytest.fail(
+                    f"run {run_id} is {run['state']} after {RUN_TIMEOUT_S:.0f} s at most; task log:\n"
+                    f"{log.text[-4000:]}\nAirflow log:\n{ui.log_tail(40)}"
+                )
+            time.sleep(2)
+
+
+def _screenshot(page: Any, name: str) -> None:
+    """Save what the browser shows, with CSS animations finished so an opening section is not caught half-way."""
+    page.screenshot(path=str(ARTIFACTS / name), animations="disabled")
+
+
+def _trigger_from_the_form(ui: LocalUI, page: Any, dlq: str, group: str) -> str:
+    """Log in, open dlq_replay, fill the form, trigger; return the new run's id once the UI shows it succeeded."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{ui.url}/dags/dlq_replay")
+    page.fill("input[name=username]", ui.username)
+    page.fill("input[name=password]", ui.password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r".*/dags/dlq_replay$"))
+
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text("Trigger Dag - dlq_replay")).to_be_visible()
+    dialog.get_by_role("button", name="Safety").click()
+    expect(dialog.get_by_role("checkbox", name="Dry run")).to_be_checked()
+    dialog.get_by_role("button", name="Source").click()
+    page.fill("input[name=element_dlq_topic]", dlq)
+    page.fill("input[name=element_replay_group]", group)
+    _screenshot(page, "dlq_replay_form.png")
+    dialog.get_by_role("button", name="Trigger").click()
+
+    page.wait_for_url(re.compile(r".*/dags/dlq_replay/runs/[^/]+$"))
+    run_id = unquote(page.url.rsplit("/runs/", 1)[1])
+    _wait_for_run(ui, run_id)
+    # The page refreshes itself while the run is active: wait until it shows the end, not the start.
+    expect(page.get_by_role("table").get_by_text("Success", exact=True)).to_be_visible(timeout=60_000)
+    expect(page.get_by_text("Running", exact=True)).to_have_count(0, timeout=60_000)
+    _screenshot(page, "dlq_replay_run.png")
+
+    page.get_by_role("table").get_by_role("link", name="replay", exact=True).click()
+    page.wait_for_url(re.compile(r".*/runs/[^/]+/tasks/replay$"))
+    expect(page.get_by_text(f"DRY RUN {dlq}: {DEAD_LETTERS} read")).to_be_visible(timeout=60_000)
+    _screenshot(page, "dlq_replay_task_log.png")
+    return run_id
+
+
+def test_trigger_a_dry_run_replay_from_the_form(local_ui: LocalUI, browser_page: Any, kafka_bootstrap: str) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    source, dlq = f"ui-orders-{suffix}", f"ui-orders-{suffix}.dlq"
+    group = f"kerr-replay.ui-{suffix}"
+    seed_dead_letters(kafka_bootstrap, dlq, source_topic=source, count=DEAD_LETTERS)
+    ARTIFACTS.mkdir(exist_ok=True)
+    for old in ARTIFACTS.glob("dlq_replay_*.png"):
+        old.unlink()
+    try:
+        run_id = _trigger_from_the_form(local_ui, browser_page, dlq, group)
+    except BaseException:
+        _screenshot(browser_page, "dlq_replay_failure.png")
+        raise
+
+    with local_ui.api() as api:
+        run = api.get(f"/dags/dlq_replay/dagRuns/{run_id}").raise_for_status().json()
+        summary = (
+            api.get(f"/dags/dlq_replay/dagRuns/{run_id}/taskInstances/replay/xcomEntries/return_value")
+            .raise_for_status()
+            .json()["value"]
+        )
+    assert run["conf"]["dlq_topic"] == dlq and run["conf"]["replay_group"] == group
+    assert run["conf"]["dry_run"] is True
+    assert summary["dry_run"] is True and summary["status"] == "completed"
+    assert summary["scanned"] == summary["selected"] == DEAD_LETTERS
+    assert summary["transactions"] == 0 and summary["committed_offsets"] == {}
+    assert end_offsets({"bootstrap.servers": kafka_bootstrap}, [(source, 0)])[(source, 0)] == 0
