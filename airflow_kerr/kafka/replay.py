@@ -300,7 +300,9 @@ class DlqReplay:
         if o.max_records_per_second is not None and writer is not None:
             pace = RateLimiter(o.max_records_per_second, stopped=lambda: self._stop_requested).acquire
             batch_size = min(batch_size, max(1, int(o.max_records_per_second)))
-        progress = Progress(f"replay {o.dlq_topic}", plan.total, o.progress_interval_s, self.log.info)
+        progress = Progress(
+            f"replay {o.dlq_topic}", plan.total, o.progress_interval_s, self.log.info, dry_run=o.dry_run
+        )
 
         def rewind() -> None:
             positions.update(committed)

@@ -76,7 +76,9 @@ class Progress:
         interval_s: float,
         emit: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
+        dry_run: bool = False,
     ) -> None:
+        self.dry_run = dry_run
         self.label = label
         self.total = total
         self.interval_s = interval_s
@@ -92,9 +94,13 @@ class Progress:
         percent = 100.0 * done / self.total if self.total else 100.0
         remaining = max(self.total - done, 0)
         eta = _duration(remaining / rate) if rate > 0 else "unknown"
+        if self.dry_run:
+            outcome = f"would replay {replayed:,}, park {parked:,}, drop {dropped:,} (dry run: nothing written)"
+        else:
+            outcome = f"{replayed:,} replayed, {parked:,} parked, {dropped:,} dropped"
         return (
-            f"{self.label}: {done:,}/{self.total:,} records ({percent:.1f}%), {replayed:,} replayed, "
-            f"{parked:,} parked, {dropped:,} dropped; {rate:,.1f} records/s; ETA {eta}"
+            f"{self.label}: {done:,}/{self.total:,} records ({percent:.1f}%), {outcome}; "
+            f"{rate:,.1f} records/s; ETA {eta}"
         )
 
     def update(self, done: int, replayed: int, parked: int, dropped: int, *, force: bool = False) -> None:

@@ -84,3 +84,12 @@ def test_progress_shows_done_total_rate_and_eta_every_interval() -> None:
     assert progress.line(300, 0, 0, 0).endswith("ETA 3m14s")
     progress.total = 1_000_000
     assert progress.line(300, 0, 0, 0).endswith("ETA 5h33m")
+
+
+def test_a_dry_run_progress_line_says_nothing_was_written() -> None:
+    clock = FakeClock()
+    progress = Progress("replay orders.dlq", 100, 5.0, lambda line: None, clock=clock, dry_run=True)
+    clock.now += 1
+    line = progress.line(20, 18, 2, 0)
+    assert "would replay 18, park 2, drop 0 (dry run: nothing written)" in line
+    assert " replayed," not in line
