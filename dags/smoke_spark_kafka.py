@@ -15,7 +15,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Param, task
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
-from airflow_kerr.kafka.offsets import offset_consumer, topic_partitions, watermarks
+from airflow_kerr.kafka.offsets import read_to_end
 from airflow_kerr.spark import smoke
 
 with DAG(
@@ -47,26 +47,12 @@ with DAG(
     @task
     def read_result(params: dict[str, str] | None = None) -> int:
         """Return the newest count the Spark job wrote for this topic."""
-        from confluent_kafka import TopicPartition
-
         assert params is not None
         config = KafkaClusterHook(kafka_config_id="kafka_default").client_config()
-        consumer = offset_consumer(config)
         count = None
-        try:
-            ends = watermarks(consumer, topic_partitions(consumer, params["result_topic"]))
-            consumer.assign([TopicPartition(t, p, low) for (t, p), (low, high) in ends.items() if high > low])
-            remaining = sum(high - low for low, high in ends.values())
-            while remaining > 0:
-                message = consumer.poll(10)
-                if message is None:
-                    break
-                if message.error() is None:
-                    remaining -= 1
-                    if message.key() == params["topic"].encode():
-                        count = int(json.loads(message.value())["count"])
-        finally:
-            consumer.close()
+        for message in read_to_end(config, params["result_topic"]):
+            if message.key() == params["topic"].encode():
+                count = int(json.loads(message.value())["count"])
         if count is None:
             raise ValueError(f"no count for {params['topic']!r} in {params['result_topic']!r}")
         print(f"smoke result: {params['topic']} holds {count} records")

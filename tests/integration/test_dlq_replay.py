@@ -37,7 +37,7 @@ from airflow_kerr.errors import (
     build_dead_letter_record,
     connect_context_headers,
 )
-from airflow_kerr.kafka.offsets import end_offsets, offset_consumer, topic_partitions, watermarks
+from airflow_kerr.kafka.offsets import end_offsets, offset_consumer, read_to_end
 from airflow_kerr.kafka.replay import DlqReplay, ReplayRetriesExhausted
 from airflow_kerr.kafka.replay_options import InvalidReplayOptions, ReplayOptions
 from airflow_kerr.kafka.replay_select import (
@@ -55,27 +55,7 @@ class InvalidOrder(ValueError):
 
 def read_all(kafka_config: dict[str, Any], topic: str, isolation: str = "read_committed") -> list[Any]:
     """Every record of ``topic`` up to its end offsets (commit markers included in the range)."""
-    consumer = offset_consumer({**kafka_config, "isolation.level": isolation})
-    try:
-        marks = watermarks(consumer, topic_partitions(consumer, topic))
-        todo = {p: high for (_, p), (low, high) in marks.items() if high > low}
-        consumer.assign([TopicPartition(topic, p, marks[(topic, p)][0]) for p in todo])
-        out: list[Any] = []
-        deadline = time.monotonic() + 20
-        while todo and time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                out.append(message)
-                partition = int(message.partition() or 0)
-                if int(message.offset() or 0) >= todo[partition] - 1:
-                    todo.pop(partition)
-            elif message is None:
-                for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
-                    if tp.offset >= todo[tp.partition]:
-                        todo.pop(tp.partition)
-        return out
-    finally:
-        consumer.close()
+    return read_to_end(kafka_config, topic, isolation_level=isolation)
 
 
 def committed(kafka_config: dict[str, Any], group: str, topic: str, partitions: int) -> dict[int, int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kerr.examples.orders import generate_orders
-from airflow_kerr.kafka.offsets import end_offsets, offset_consumer, topic_partitions, watermarks
+from airflow_kerr.kafka.offsets import end_offsets, read_to_end
 from airflow_kerr.kafka.replay import DlqReplay
 from airflow_kerr.kafka.replay_options import ReplayOptions
 from airflow_kerr.kafka.replay_select import (
@@ -28,27 +27,7 @@ pytestmark = pytest.mark.spark
 
 def read_all(kafka_config: dict[str, Any], topic: str) -> list[Any]:
     """Every record of ``topic`` up to its end offsets (commit markers included in the range)."""
-    consumer = offset_consumer({**kafka_config, "isolation.level": "read_committed"})
-    try:
-        marks = watermarks(consumer, topic_partitions(consumer, topic))
-        todo = {p: high for (_, p), (low, high) in marks.items() if high > low}
-        consumer.assign([TopicPartition(topic, p, marks[(topic, p)][0]) for p in todo])
-        out: list[Any] = []
-        deadline = time.monotonic() + 20
-        while todo and time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                out.append(message)
-                partition = int(message.partition() or 0)
-                if int(message.offset() or 0) >= todo[partition] - 1:
-                    todo.pop(partition)
-            elif message is None:
-                for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
-                    if tp.offset >= todo[tp.partition]:
-                        todo.pop(tp.partition)
-        return out
-    finally:
-        consumer.close()
+    return read_to_end(kafka_config, topic)
 
 
 def header(message: Any, name: str) -> bytes | None:

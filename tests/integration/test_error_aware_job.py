@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 from airflow_kerr.errors import parse_dead_letter
 from airflow_kerr.examples.orders import GeneratedOrders, generate_orders
 from airflow_kerr.kafka.metrics_topic import read_metrics_records
-from airflow_kerr.kafka.offsets import end_offsets, offset_consumer, topic_partitions, watermarks
+from airflow_kerr.kafka.offsets import end_offsets, offset_consumer, read_to_end, topic_partitions
 from airflow_kerr.spark import job
 from airflow_kerr.spark.job import EXIT_BEFORE_COMMIT_ENV, run_job
 from airflow_kerr.spark.spec import PipelineSpec
@@ -28,21 +28,7 @@ ORDER_STAGES = ["airflow_kerr.examples.orders.validate_order", "airflow_kerr.exa
 
 def read_all(kafka_config: dict[str, Any], topic: str) -> list[Any]:
     """Every record of every partition of ``topic``, read up to its end offset."""
-    consumer = offset_consumer(kafka_config)
-    try:
-        marks = watermarks(consumer, topic_partitions(consumer, topic))
-        consumer.assign([TopicPartition(t, p, low) for (t, p), (low, high) in marks.items() if high > low])
-        remaining = sum(high - low for low, high in marks.values())
-        out = []
-        while remaining > 0:
-            message = consumer.poll(15)
-            assert message is not None, f"{topic}: {remaining} records never arrived"
-            if message.error() is None:
-                out.append(message)
-                remaining -= 1
-        return out
-    finally:
-        consumer.close()
+    return read_to_end(kafka_config, topic)
 
 
 def committed(kafka_config: dict[str, Any], group: str, topic: str, partitions: int) -> list[int]:
