@@ -9,14 +9,14 @@ are read, for a sample of what went wrong.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kerr.errors import parse_dead_letter
-from airflow_kerr.kafka.offsets import Partition, offset_consumer, topic_partitions, watermarks
+from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_partitions, watermarks
 
 SINCE_TASK_START = "task_start"
 SINCE_GROUP_PREFIX = "group:"
@@ -54,18 +54,6 @@ def dlq_end_offsets(
         if own:
             lookup.close()
     return {partition: high for (_, partition), (_, high) in marks.items()}
-
-
-def group_offsets(
-    kafka_config: Mapping[str, Any], group: str, partitions: Sequence[Partition], timeout_s: float = 10.0
-) -> dict[Partition, int]:
-    """A consumer group's committed offsets (partitions it never committed are left out)."""
-    consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
-    try:
-        found = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
-    finally:
-        consumer.close()
-    return {(str(tp.topic), int(tp.partition)): int(tp.offset) for tp in found if tp.offset >= 0}
 
 
 def baseline_offsets(

@@ -36,6 +36,18 @@ def offset_consumer(config: Mapping[str, Any]) -> Consumer:
     return Consumer(settings)
 
 
+def group_offsets(
+    kafka_config: Mapping[str, Any], group: str, partitions: Iterable[Partition], timeout_s: float = 10.0
+) -> dict[Partition, int]:
+    """A consumer group's committed offsets (partitions it never committed are left out)."""
+    consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    try:
+        found = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+    finally:
+        consumer.close()
+    return {(str(tp.topic), int(tp.partition)): int(tp.offset) for tp in found if tp.offset >= 0}
+
+
 def topic_partitions(consumer: Consumer, topic: str, timeout_s: float = 10.0) -> list[Partition]:
     """The partitions of ``topic``, or an OffsetLookupError naming the topic when it does not exist."""
     metadata = consumer.list_topics(topic, timeout=timeout_s)

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_kerr.kafka.dead_letters import dlq_end_offsets, group_offsets
+from airflow_kerr.kafka.dead_letters import dlq_end_offsets
 from airflow_kerr.kafka.metrics_topic import read_metrics_records
-from airflow_kerr.kafka.offsets import offset_consumer, topic_partitions
+from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_partitions
 
 WAIT_FOR = ("breach", "recovery")
 SOURCES = ("metrics", "dlq")

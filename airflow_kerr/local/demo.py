@@ -30,6 +30,7 @@ from typing import Any
 from airflow_kerr.local.broker import LocalBroker, resolve_bootstrap_servers, wait_for_metadata
 from airflow_kerr.local.cli import state_dir
 from airflow_kerr.local.connect import SINK_CONNECTOR_CLASS, ConnectStandIn
+from airflow_kerr.local.ui import connection_variables
 
 REPO = Path(__file__).resolve().parents[2]
 TOPICS = {"orders": 2, "orders.clean": 1, "orders.dlq": 1, "orders.dlq.parked": 1, "kerr.metrics": 1}
@@ -68,13 +69,7 @@ def configure_airflow(home: Path, bootstrap_servers: str, connect_port: int) -> 
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
-                {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap_servers}}
-            ),
-            "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT": json.dumps(
-                {"conn_type": "kafka_connect", "host": "127.0.0.1", "port": connect_port, "schema": "http"}
-            ),
+            **connection_variables(bootstrap_servers, "127.0.0.1", connect_port),
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",

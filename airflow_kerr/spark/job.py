@@ -329,11 +329,10 @@ def metrics_accumulator_param() -> Any:
 def load_source(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange]) -> Any:
     """The planned ranges as a DataFrame in the ``kerr_kafka`` schema, from either source format."""
     pieces = split_ranges(ranges, spec.source.max_records_per_partition, spark.sparkContext.defaultParallelism)
+    kafka_options = {f"kafka.{key}": str(value) for key, value in spec.kafka.items()}
     if spec.source.format == "kerr_kafka":
         reader = spark.read.format(kafka_source.FORMAT_NAME).option("offsetRanges", ranges_to_json(pieces))
-        for key, value in spec.kafka.items():
-            reader = reader.option(f"kafka.{key}", str(value))
-        return reader.load()
+        return reader.options(**kafka_options).load()
     starting: dict[str, dict[str, int]] = {r.topic: {} for r in ranges}
     ending: dict[str, dict[str, int]] = {r.topic: {} for r in ranges}
     for r in ranges:
@@ -346,9 +345,8 @@ def load_source(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange]) -
         .option("endingOffsets", json.dumps(ending))
         .option("includeHeaders", "true")
         .option("minPartitions", str(len(pieces)))
+        .options(**kafka_options)
     )
-    for key, value in spec.kafka.items():
-        reader = reader.option(f"kafka.{key}", str(value))
     try:
         frame = reader.load()
     except Exception as exc:

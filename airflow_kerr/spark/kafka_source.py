@@ -28,7 +28,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from airflow_kerr.kafka.offsets import offset_consumer, topic_partitions, watermarks
+from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_partitions, watermarks
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -114,7 +114,7 @@ def plan_offset_ranges(
         elif starting_offsets == "latest":
             starts = {key: high for key, (_, high) in marks.items()}
         elif starting_offsets == "group":
-            starts.update(_committed_offsets(kafka_config, str(group_id), partitions, timeout_s))
+            starts.update(group_offsets(kafka_config, str(group_id), partitions, timeout_s))
     finally:
         lookup.close()
     ranges = []
@@ -122,18 +122,6 @@ def plan_offset_ranges(
         start = min(max(starts[key], low), high)
         ranges.append(OffsetRange(key[0], key[1], start, high))
     return ranges
-
-
-def _committed_offsets(
-    kafka_config: Mapping[str, Any], group_id: str, partitions: Sequence[tuple[str, int]], timeout_s: float
-) -> dict[tuple[str, int], int]:
-    """The group's committed offsets; partitions it never committed are left out (they start at earliest)."""
-    consumer = Consumer({**kafka_config, "group.id": group_id, "enable.auto.commit": False})
-    try:
-        committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
-    finally:
-        consumer.close()
-    return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
 
 
 def split_ranges(ranges: Sequence[OffsetRange], max_records: int, min_partitions: int) -> list[OffsetRange]:

@@ -172,10 +172,6 @@ class PipelineSpec:
         if sink.kind == "kafka" and sink.topic in (self.source.topics or []):
             problems.append(f"sink.topic={sink.topic!r}: must not be one of the source topics (it would loop)")
 
-    @property
-    def error_config(self) -> ErrorHandlingConfig:
-        return self.validate()
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
