@@ -168,7 +168,7 @@ PARAMS = {
         section=PACING,
     ),
     "batch_size": Param(
-        500,
+        1000,
         type="integer",
         enum=[50, 100, 500, 1000, 5000],
         title="Records per transaction",

@@ -388,11 +388,25 @@ def parse_dead_letter(
             found = _rank_of(name)
         if found < rank:
             rank = found
-        error_headers[name] = raw.decode("utf-8", errors="replace") if type(raw) is bytes else _decode(raw)
+        if type(raw) is bytes:
+            try:
+                error_headers[name] = raw.decode()
+            except UnicodeDecodeError:
+                error_headers[name] = raw.decode("utf-8", errors="replace")
+        else:
+            error_headers[name] = _decode(raw)
 
     fields_of: dict[str, Any]
     if rank == 3:
         fields_of = dict.fromkeys(_DEAD_LETTER_FIELDS[:13])
+        fields_of["key"] = key
+        fields_of["value"] = value
+        fields_of["headers"] = tuple(original)
+        fields_of["timestamp"] = timestamp
+        fields_of["topic"] = topic
+        fields_of["partition"] = partition
+        fields_of["offset"] = offset
+        fields_of["error_headers"] = error_headers
     else:
         get = error_headers.get
         # Connect's header first; the others are looked up only when it is missing.
@@ -415,29 +429,32 @@ def parse_dead_letter(
         if stacktrace is None:
             stacktrace = get(STREAMS_HEADER_STACKTRACE)
         stage_text = get(ERROR_HEADER_STAGE)
+        task_id = get(ERROR_HEADER_TASK_ID)
+        delivery_count = get(DLQ_HEADER_DELIVERY_COUNT)
+        # One literal in field order: the same dict a dataclass __init__ would fill.
         fields_of = {
             "header_set": _HEADER_SETS[rank],
             "source_topic": source_topic,
-            "source_partition": _to_int(source_partition),
-            "source_offset": _to_int(source_offset),
+            "source_partition": None if source_partition is None else _to_int(source_partition),
+            "source_offset": None if source_offset is None else _to_int(source_offset),
             "stage": None if stage_text is None else _STAGES.get(stage_text),
             "executing_class": get(ERROR_HEADER_EXECUTING_CLASS),
             "exception_class": exception_class,
             "exception_message": message,
             "exception_stacktrace": stacktrace,
             "connector_name": get(ERROR_HEADER_CONNECTOR_NAME),
-            "task_id": _to_int(get(ERROR_HEADER_TASK_ID)),
+            "task_id": None if task_id is None else _to_int(task_id),
             "group": get(DLQ_HEADER_GROUP),
-            "delivery_count": _to_int(get(DLQ_HEADER_DELIVERY_COUNT)),
+            "delivery_count": None if delivery_count is None else _to_int(delivery_count),
+            "key": key,
+            "value": value,
+            "headers": tuple(original),
+            "timestamp": timestamp,
+            "topic": topic,
+            "partition": partition,
+            "offset": offset,
+            "error_headers": error_headers,
         }
-    fields_of["key"] = key
-    fields_of["value"] = value
-    fields_of["headers"] = tuple(original)
-    fields_of["timestamp"] = timestamp
-    fields_of["topic"] = topic
-    fields_of["partition"] = partition
-    fields_of["offset"] = offset
-    fields_of["error_headers"] = error_headers
     # The fields a dataclass __init__ would set, in one assignment; the record stays frozen.
     record: DeadLetterRecord = _new_object(DeadLetterRecord)
     _set_attribute(record, "__dict__", fields_of)

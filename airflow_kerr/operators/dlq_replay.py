@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.replay import DlqReplay
-from airflow_kerr.kafka.replay_options import InvalidReplayOptions, ReplayOptions
+from airflow_kerr.kafka.replay_options import DEFAULT_BATCH_SIZE, InvalidReplayOptions, ReplayOptions
 from airflow_kerr.kafka.replay_select import DEFAULT_MAX_REPLAYS
 from airflow_kerr.kafka.replay_summary import ReplaySummary
 
@@ -114,7 +114,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         max_records_per_second: float | str | None = None,
         max_records: int | str | None = None,
         dry_run: bool | str = False,
-        batch_size: int | str = 500,
+        batch_size: int | str = DEFAULT_BATCH_SIZE,
         progress_interval_s: float | str = 5.0,
         **kwargs: Any,
     ) -> None:

@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 COMPOSE = DOCKER / "docker-compose.yml"
 DOCKERFILE = DOCKER / "Dockerfile"
+WORKER_DOCKERFILE = DOCKER / "spark-worker.Dockerfile"
 CONNECT_PROPERTIES = DOCKER / "connect" / "connect-distributed.properties"
 AIRFLOW_COMMANDS = {"api-server", "scheduler", "triggerer", "dag-processor"}
 SPARK_MASTER = "org.apache.spark.deploy.master.Master"
@@ -129,7 +130,12 @@ def test_the_compose_file_has_every_part_of_the_deployment(services: dict[str, d
     assert not [name for name, image in images.items() if "zookeeper" in image], "KRaft needs no ZooKeeper"
     assert any(any(part.endswith("connect-distributed.sh") for part in command) for command in commands.values())
     assert any(image.startswith("apache/spark:") and SPARK_MASTER in commands[name] for name, image in images.items())
-    assert any(SPARK_WORKER in command for command in commands.values())
+    workers = [name for name, command in commands.items() if SPARK_WORKER in command]
+    assert workers, "no Spark worker service"
+    for name in workers:
+        dockerfile = DOCKER / services[name]["build"]["dockerfile"] if "build" in services[name] else None
+        base = _from_images(dockerfile)[-1] if dockerfile else images[name]
+        assert base.startswith("apache/spark:"), f"{name} does not run apache/spark but {base}"
     assert any(image.startswith("postgres:") for image in images.values())
     airflow = {command[0] for command in commands.values() if command and command[0] in AIRFLOW_COMMANDS}
     assert airflow == AIRFLOW_COMMANDS, f"Airflow components missing: {sorted(AIRFLOW_COMMANDS - airflow)}"
@@ -143,10 +149,9 @@ def test_every_image_is_pinned_to_a_version(services: dict[str, dict[str, Any]])
         assert repository and tag and "/" not in tag, f"service {name}: image {image!r} has no tag"
         assert "$" not in image, f"service {name}: image {image!r} depends on a variable"
         assert tag != "latest" and re.match(r"\d+(\.\d+)+", tag), f"service {name}: {image!r} is not a version"
-    for line in DOCKERFILE.read_text().splitlines():
-        if line.startswith("FROM "):
-            image = line.split()[1]
-            assert re.search(r":\d+(\.\d+)+", image) and "latest" not in image, f"Dockerfile: {line!r} is not pinned"
+    for dockerfile in (DOCKERFILE, WORKER_DOCKERFILE):
+        for image in _from_images(dockerfile):
+            assert re.search(r":\d+(\.\d+)+", image) and "latest" not in image, f"{dockerfile.name}: {image} not pinned"
 
 
 def test_pinned_releases_match_the_provider(services: dict[str, dict[str, Any]], pyproject: dict[str, Any]) -> None:
@@ -164,8 +169,39 @@ def test_pinned_releases_match_the_provider(services: dict[str, dict[str, Any]],
     assert len(kafka_tags) == 1, f"the broker and Kafka Connect should run one Kafka release, found {kafka_tags}"
     plugin_path = _properties(CONNECT_PROPERTIES)["plugin.path"]
     assert f"connect-file-{kafka_tags.pop()}.jar" in plugin_path, f"plugin.path {plugin_path} is not the image's jar"
-    built = [s for s in services.values() if "build" in s]
-    assert built and all(s["image"] == f"airflow-provider-kerr:{pyproject['project']['version']}" for s in built)
+    version = pyproject["project"]["version"]
+    built = {str(s["image"]) for s in services.values() if "build" in s}
+    assert built == {f"airflow-provider-kerr:{version}", f"airflow-provider-kerr-spark-worker:{version}"}, built
+    master_image = str(services[masters[0]]["image"])
+    assert _from_images(WORKER_DOCKERFILE) == [master_image], "the Spark worker must run the master's Spark image"
+
+
+def test_the_spark_worker_gives_executors_the_drivers_python_and_the_jobs_libraries(
+    services: dict[str, dict[str, Any]], pyproject: dict[str, Any]
+) -> None:
+    """PySpark executors run the interpreter the driver names, with the driver's Python minor version."""
+    from packaging.requirements import Requirement
+
+    text = WORKER_DOCKERFILE.read_text()
+    airflow_python = re.search(r"FROM apache/airflow:[\d.]+-python(\d+\.\d+)", DOCKERFILE.read_text())
+    assert airflow_python, "the Airflow image names no Python version"
+    minor = airflow_python.group(1)
+    assert f"apt-get install -y --no-install-recommends python{minor} python{minor}-venv" in text
+    venv = re.search(rf"python{re.escape(minor)} -m venv (/[\w/.-]+)", text)
+    assert venv, f"no Python {minor} environment for the executors"
+    assert re.search(rf'ENV PATH="{re.escape(venv.group(1))}/bin:\$\{{PATH\}}"', text), (
+        "the driver's PYSPARK_PYTHON ('python') must find the executors' Python first on PATH"
+    )
+    airflow_env = _environment(services["airflow-scheduler"])
+    assert "PYSPARK_PYTHON=python" in DOCKERFILE.read_text() or airflow_env.get("PYSPARK_PYTHON") == "python"
+    pins = dict(re.findall(r'"([\w-]+)==([\w.]+)"', text))
+    wanted = {
+        Requirement(r).name: Requirement(r)
+        for r in [*pyproject["project"]["dependencies"], *pyproject["project"]["optional-dependencies"]["spark"]]
+    }
+    for name in ("confluent-kafka", "pyarrow", "pandas"):
+        assert name in pins, f"the worker does not install {name}, which the job imports on the executors"
+        assert wanted[name].specifier.contains(pins[name]), f"{name}=={pins[name]} is outside {wanted[name]}"
 
 
 def test_connections_point_at_services_and_ports_the_file_defines(services: dict[str, dict[str, Any]]) -> None:
@@ -259,6 +295,11 @@ def test_required_secrets_are_documented(compose: dict[str, Any]) -> None:
     example = {line.split("=", 1)[0] for line in (DOCKER / ".env.example").read_text().splitlines() if "=" in line}
     assert required, "the compose file should demand its secrets rather than ship defaults"
     assert required <= example, f"not in docker/.env.example: {sorted(required - example)}"
+
+
+def _from_images(dockerfile: Path) -> list[str]:
+    """The images a Dockerfile's FROM lines name, in order (the last is the one it builds on)."""
+    return [line.split()[1] for line in dockerfile.read_text().splitlines() if line.startswith("FROM ")]
 
 
 def _properties(path: Path) -> dict[str, str]:

@@ -14,7 +14,7 @@ def test_defaults_are_safe_and_derived_from_the_dlq_topic() -> None:
     options = ReplayOptions.build(dlq_topic="orders.dlq")
     assert options.group_id == "kerr-replay.orders.dlq"
     assert options.parking_topic == "orders.dlq.parked"
-    assert options.max_replays == 3 and options.batch_size == 500
+    assert options.max_replays == 3 and options.batch_size == 1000
     assert options.fix is None and options.target_topic is None and options.max_records_per_second is None
 
 
