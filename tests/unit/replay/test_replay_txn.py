@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, KafkaException
 from airflow_kerr.errors import parse_dead_letter
 from airflow_kerr.kafka.replay_select import ReplayRecord
 from airflow_kerr.kafka.replay_summary import partition_ranges
-from airflow_kerr.kafka.replay_txn import BatchAborted, ReplayFatalError, TransactionalWriter
+from airflow_kerr.kafka.replay_txn import BackgroundWriter, BatchAborted, ReplayFatalError, TransactionalWriter
 
 FENCED = KafkaException(KafkaError(KafkaError._FENCED, "producer fenced", fatal=True))
 ABORTABLE = KafkaException(KafkaError(KafkaError._TIMED_OUT, "produce timed out", txn_requires_abort=True))
@@ -153,6 +153,31 @@ def test_a_stop_while_pacing_aborts_the_open_transaction() -> None:
     assert not sink.write(RECORDS, [], "group", pace=lambda: next(paced))
     assert producer.calls == ["begin_transaction", "produce", "abort_transaction"]
     assert not sink.in_transaction
+
+
+def test_a_background_batch_reports_its_outcome_before_the_next_is_handed_over() -> None:
+    producer = ScriptedProducer(commit_transaction=[ABORTABLE])
+    background = BackgroundWriter(writer(producer))
+    background.submit(RECORDS, ["offsets"], "group")
+    assert background.busy
+    with pytest.raises(RuntimeError, match="still in flight"):
+        background.submit(RECORDS, ["offsets"], "group")
+    with pytest.raises(BatchAborted, match="commit_transaction"):
+        background.result()
+    assert not background.busy and txn_calls(producer)[-1] == "abort_transaction"
+
+    background.submit(RECORDS, ["offsets"], "group")
+    assert background.result() is True
+    assert txn_calls(producer)[-2:] == ["send_offsets_to_transaction", "commit_transaction"]
+    background.close()
+
+
+def test_closing_waits_for_the_batch_in_flight() -> None:
+    producer = ScriptedProducer()
+    background = BackgroundWriter(writer(producer))
+    background.submit(RECORDS, ["offsets"], "group")
+    background.close()
+    assert not background.busy and producer.calls[-1] == "commit_transaction"
 
 
 def test_partition_sets_have_short_stable_names() -> None:
