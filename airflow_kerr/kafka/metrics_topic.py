@@ -32,14 +32,12 @@ def read_metrics_records(
         marks = watermarks(consumer, partitions, timeout_s)
         starts = consumer.offsets_for_times([TopicPartition(t, p, since_ms) for t, p in partitions], timeout=timeout_s)
         assignment = []
-        remaining = 0
         for tp in starts:
             low, high = marks[(tp.topic, tp.partition)]
             start = tp.offset if tp.offset >= 0 else high
             start = max(start, low)
             if start < high:
                 assignment.append(TopicPartition(tp.topic, tp.partition, start))
-                remaining += high - start
         records: list[dict[str, Any]] = []
         if not assignment:
             return records

@@ -37,14 +37,22 @@ def offset_consumer(config: Mapping[str, Any]) -> Consumer:
 
 
 def group_offsets(
-    kafka_config: Mapping[str, Any], group: str, partitions: Iterable[Partition], timeout_s: float = 10.0
+    kafka_config: Mapping[str, Any],
+    group: str,
+    partitions: Iterable[Partition],
+    timeout_s: float = 10.0,
+    consumer: Consumer | None = None,
 ) -> dict[Partition, int]:
-    """A consumer group's committed offsets (partitions it never committed are left out)."""
-    consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    """A consumer group's committed offsets (partitions it never committed are left out).
+
+    ``consumer``, when given, must be an ``offset_consumer`` with ``group.id`` set to ``group``.
+    """
+    lookup = offset_consumer({**kafka_config, "group.id": group}) if consumer is None else consumer
     try:
-        found = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+        found = lookup.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
     finally:
-        consumer.close()
+        if consumer is None:
+            lookup.close()
     return {(str(tp.topic), int(tp.partition)): int(tp.offset) for tp in found if tp.offset >= 0}
 
 

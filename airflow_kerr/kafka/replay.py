@@ -120,10 +120,6 @@ class DlqReplay:
         """
         self._stop_requested = True
 
-    @property
-    def stop_requested(self) -> bool:
-        return self._stop_requested
-
     # -- planning ------------------------------------------------------------------------------------
 
     def _topic_exists(self, topic: str) -> bool:
@@ -324,7 +320,7 @@ class DlqReplay:
             return self._stop_requested or abandoned
 
         def carry_on() -> bool:
-            return not (self._stop_requested or abandoned)
+            return not stopped()
 
         # Called before each record is produced, so a stop aborts the open transaction.
         pace: Callable[[], bool] = carry_on

@@ -216,11 +216,6 @@ def _split_lineage(headers: Sequence[Header]) -> tuple[list[Header], int]:
     return kept, count
 
 
-def lineage_source(letter: DeadLetterRecord) -> str:
-    """``dlq-topic/partition/offset`` of the DLQ record a replayed record came from."""
-    return f"{letter.topic}/{letter.partition}/{letter.offset}"
-
-
 def decide(letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: ReplayPolicy) -> Decision:
     """Replay, drop or park one selected record; ``raw_headers`` are the DLQ record's headers as read."""
     headers, count = _split_lineage(letter.headers)

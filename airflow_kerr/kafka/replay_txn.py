@@ -114,7 +114,6 @@ class TransactionalWriter:
         self.commits = 0
         self.aborts = 0
         self.commit_retries = 0
-        self.call_retries = 0
 
     def init(self) -> None:
         """``init_transactions``: fences an older producer with the same ``transactional.id``."""
@@ -202,7 +201,6 @@ class TransactionalWriter:
                 if kind is not KafkaErrorKind.RETRIABLE or attempt == self.call_attempts:
                     tried = f" after {attempt} attempts" if kind is KafkaErrorKind.RETRIABLE else ""
                     raise ReplayFatalError(f"{name} failed{tried} ({kind}): {describe_error(error)}") from error
-                self.call_retries += 1
                 log.warning("%s failed with a retriable error, retrying: %s", name, describe_error(error))
                 self._sleep(self.retry_wait_s)
         raise AssertionError("unreachable")

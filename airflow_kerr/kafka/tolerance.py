@@ -84,15 +84,17 @@ def consumption_sample(
     kafka_config: Mapping[str, Any], dlq_topic: str, source_topics: Sequence[str], group: str
 ) -> ConsumptionSample:
     """One sample for the metrics-free mode: a Kafka Connect sink that writes a DLQ is measured this way."""
-    consumer = offset_consumer(kafka_config)
+    # One client for the three look-ups: it never joins the group, it only reads its offsets.
+    consumer = offset_consumer({**kafka_config, "group.id": group})
     try:
         partitions = [tp for topic in source_topics for tp in topic_partitions(consumer, topic)]
+        committed = group_offsets(kafka_config, group, partitions, consumer=consumer)
+        dlq_ends = dlq_end_offsets(kafka_config, dlq_topic, consumer=consumer)
     finally:
         consumer.close()
-    committed = group_offsets(kafka_config, group, partitions)
     return ConsumptionSample(
         at_ms=int(time.time() * 1000),
-        dlq_total=sum(dlq_end_offsets(kafka_config, dlq_topic).values()),
+        dlq_total=sum(dlq_ends.values()),
         consumed_total=sum(committed.values()),
     )
 
