@@ -139,11 +139,7 @@ def classify_kafka_error(error: object, *, transactional: bool = False, during_c
 
 def is_retriable(error: BaseException) -> bool:
     """True for a ``RetriableError`` or a Kafka client error whose ``retriable()`` flag is set."""
-    if isinstance(error, RetriableError):
-        return True
-    if kafka_error_of(error) is None:
-        return False
-    return classify_kafka_error(error) is KafkaErrorKind.RETRIABLE
+    return isinstance(error, RetriableError) or classify_kafka_error(error) is KafkaErrorKind.RETRIABLE
 
 
 def exception_class_name(error: BaseException) -> str:

@@ -209,10 +209,7 @@ class RetryWithTolerance:
         that raised; the first attempt is not run again, so a transform with side effects
         sees exactly the attempts Connect would make and every retry is counted.
         """
-        self._record = record
-        self._record_failed = False
-        self._converted_key = NOT_CONVERTED
-        self._converted_value = NOT_CONVERTED
+        self._new_record(record)
         return self._retry(stage, fn, record, error, self._clock(), args, kwargs)
 
     def execute_failed(

@@ -52,9 +52,10 @@ from airflow_kerr.errors import (
     TaskId,
     ToleranceExceeded,
     ToleranceType,
-    mask_credentials,
 )
+from airflow_kerr.errors.config import ERRORS_TOLERANCE_LIMIT
 from airflow_kerr.errors.record import TimestampType
+from airflow_kerr.errors.retry import TOLERANCE_EXCEEDED_MESSAGE
 from airflow_kerr.spark import kafka_source
 from airflow_kerr.spark.kafka_source import OffsetRange, plan_offset_ranges, ranges_to_json, split_ranges
 from airflow_kerr.spark.sinks import KafkaSink, ProducerChannel, make_sink, sink_class_name, sink_config
@@ -90,9 +91,7 @@ class PartitionProcessor:
             *(stage for stage, _ in self.transformations),
             self.put_stage,
         ]
-        reporters: list[ErrorReporter] = [
-            LogReporter(self.config, self.metrics, logger=LOG, job_config=mask_credentials(spec.kafka))
-        ]
+        reporters: list[ErrorReporter] = [LogReporter(self.config, self.metrics, logger=LOG, job_config=spec.kafka)]
         if self.config.dlq_topic_name:
             reporters.append(
                 DeadLetterQueueReporter(
@@ -164,16 +163,18 @@ class PartitionProcessor:
 
     def publish_metrics(self, state: str) -> None:
         """Write this task's metrics record (``scope="task"``) and wait until Kafka has it."""
-        record = self.metrics.to_record(
-            pipeline=self.spec.name,
+        _publish_metrics_record(
+            self.channel,
+            self.spec,
+            self.metrics,
             task=self.spec.task_id,
             run_id=self.run_id,
-            window_start_ms=self.started_ms,
-            window_end_ms=int(time.time() * 1000),
+            started_ms=self.started_ms,
+            scope="task",
+            state=state,
+            records_out=self.records_out,
+            source=f"{self.topic}-{self.partition}",
         )
-        record.update(scope="task", state=state, records_out=self.records_out, source=f"{self.topic}-{self.partition}")
-        self.channel.produce(self.spec.metrics_topic, key=self.spec.name.encode(), value=json.dumps(record).encode())
-        self.channel.flush()
 
     def fail(self, error: BaseException) -> RuntimeError:
         """Flush what was reported, publish this task's metrics as failed, and describe the failure."""
@@ -327,12 +328,23 @@ def metrics_accumulator_param() -> Any:
 
 
 def load_source(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange]) -> Any:
-    """The planned ranges as a DataFrame in the ``kerr_kafka`` schema, from either source format."""
-    pieces = split_ranges(ranges, spec.source.max_records_per_partition, spark.sparkContext.defaultParallelism)
+    """The planned ranges as a DataFrame in the ``kerr_kafka`` schema, from either source format.
+
+    ``kerr_kafka`` splits the ranges itself, so it gets them unsplit with the spec's split
+    settings: handing it split ranges would split them again with its own defaults.
+    """
+    max_records = spec.source.max_records_per_partition
+    min_partitions = spark.sparkContext.defaultParallelism
     kafka_options = {f"kafka.{key}": str(value) for key, value in spec.kafka.items()}
     if spec.source.format == "kerr_kafka":
-        reader = spark.read.format(kafka_source.FORMAT_NAME).option("offsetRanges", ranges_to_json(pieces))
+        reader = (
+            spark.read.format(kafka_source.FORMAT_NAME)
+            .option("offsetRanges", ranges_to_json(ranges))
+            .option("maxRecordsPerPartition", str(max_records))
+            .option("minPartitions", str(min_partitions))
+        )
         return reader.options(**kafka_options).load()
+    pieces = split_ranges(ranges, max_records, min_partitions)
     starting: dict[str, dict[str, int]] = {r.topic: {} for r in ranges}
     ending: dict[str, dict[str, int]] = {r.topic: {} for r in ranges}
     for r in ranges:
@@ -374,15 +386,38 @@ def commit_offsets(spec: PipelineSpec, ranges: Sequence[OffsetRange]) -> None:
 
 
 def publish_run_metrics(spec: PipelineSpec, run_id: str, metrics: ErrorMetrics, started_ms: int, state: str) -> None:
-    channel = ProducerChannel(spec.kafka)
+    """Write the whole run's metrics record (``scope="run"``) and wait until Kafka has it."""
+    _publish_metrics_record(
+        ProducerChannel(spec.kafka),
+        spec,
+        metrics,
+        task=None,
+        run_id=run_id,
+        started_ms=started_ms,
+        scope="run",
+        state=state,
+    )
+
+
+def _publish_metrics_record(
+    channel: ProducerChannel,
+    spec: PipelineSpec,
+    metrics: ErrorMetrics,
+    *,
+    task: int | None,
+    run_id: str,
+    started_ms: int,
+    **fields: Any,
+) -> None:
+    """Task and run records share one shape (a window ending now plus ``fields``), so one writer serves both."""
     record = metrics.to_record(
         pipeline=spec.name,
-        task=None,
+        task=task,
         run_id=run_id,
         window_start_ms=started_ms,
         window_end_ms=int(time.time() * 1000),
     )
-    record.update(scope="run", state=state)
+    record.update(fields)
     channel.produce(spec.metrics_topic, key=spec.name.encode(), value=json.dumps(record).encode())
     channel.flush()
 
@@ -391,9 +426,9 @@ def check_run_limits(config: ErrorHandlingConfig, metrics: ErrorMetrics) -> None
     """errors.tolerance.limit counts failed records across the whole run, not per task."""
     if config.tolerance is ToleranceType.ALL and 0 <= config.tolerance_limit < metrics.total_records_skipped:
         raise ToleranceExceeded(
-            f"Tolerance exceeded in error handler: {metrics.total_records_skipped} records failed in this run, "
-            f"more than errors.tolerance.limit={config.tolerance_limit}",
-            limit="errors.tolerance.limit",
+            f"{TOLERANCE_EXCEEDED_MESSAGE}: {metrics.total_records_skipped} records failed in this run, "
+            f"more than {ERRORS_TOLERANCE_LIMIT}={config.tolerance_limit}",
+            limit=ERRORS_TOLERANCE_LIMIT,
         )
 
 

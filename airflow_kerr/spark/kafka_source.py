@@ -29,6 +29,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_partitions, watermarks
+from airflow_kerr.spark.spec import STARTING_OFFSETS
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -42,7 +43,6 @@ SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
     "timestamp timestamp, timestamp_type int, headers array<struct<key: string, value: binary>>"
 )
-STARTING_OFFSETS = ("group", "earliest", "latest")
 DEFAULT_MAX_RECORDS_PER_PARTITION = 200_000
 ARROW_BATCH_ROWS = 8192
 # Spark's kafka source numbers timestamp types 0 (CreateTime) and 1 (LogAppendTime);

@@ -27,16 +27,12 @@ class DeliveryFailed(KafkaException):
 
 
 def encode_value(value: Any) -> bytes | None:
-    """Bytes as they are, text as UTF-8, anything else as JSON."""
+    """Bytes as they are, text as UTF-8, anything else as JSON; keys and values alike."""
     if value is None or isinstance(value, bytes):
         return value
     if isinstance(value, str):
         return value.encode("utf-8")
     return json.dumps(value, separators=(",", ":")).encode("utf-8")
-
-
-def encode_key(key: Any) -> bytes | None:
-    return encode_value(key)
 
 
 class ProducerChannel:
@@ -93,11 +89,11 @@ class KafkaSink:
         self.topic = topic
 
     def put(self, record: PipelineRecord) -> None:
-        self.channel.produce(self.topic, key=encode_key(record.key), value=encode_value(record.value))
+        self.channel.produce(self.topic, key=encode_value(record.key), value=encode_value(record.value))
 
     def put_pair(self, pair: tuple[Any, Any]) -> None:
         """Write one converted (key, value) pair: the fast path when there are no transformations."""
-        self.channel.produce(self.topic, key=encode_key(pair[0]), value=encode_value(pair[1]))
+        self.channel.produce(self.topic, key=encode_value(pair[0]), value=encode_value(pair[1]))
 
     def flush(self) -> None:
         self.channel.flush()
@@ -121,7 +117,7 @@ class FileSink:
         self.rows.append(
             {
                 "key": _text(record.key),
-                "value": record.value if not isinstance(record.value, bytes) else _text(record.value),
+                "value": _text(record.value),
                 "topic": record.topic,
                 "partition": record.partition,
                 "offset": record.offset,
