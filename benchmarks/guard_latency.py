@@ -36,9 +36,11 @@ def cpu_seconds() -> float:
 
 
 def configure_airflow(home: Path, bootstrap: str, connect_url: tuple[str, int]) -> Path:
+    from airflow_kerr.local.broker import connection_variables
+
     dags = home / "dags"
     dags.mkdir(parents=True)
-    extra = {"bootstrap.servers": bootstrap, "statistics.interval.ms": 1000, "stats_cb": "kafka_stats.record"}
+    stats = {"statistics.interval.ms": 1000, "stats_cb": "kafka_stats.record"}
     os.environ.update(
         {
             "AIRFLOW_HOME": str(home),
@@ -47,10 +49,7 @@ def configure_airflow(home: Path, bootstrap: str, connect_url: tuple[str, int]) 
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
             "AIRFLOW__APACHE_KAFKA__CALLBACK_ALLOWLIST": "kafka_stats.record",
-            "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": extra}),
-            "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT": json.dumps(
-                {"conn_type": "kafka_connect", "host": connect_url[0], "port": connect_url[1], "schema": "http"}
-            ),
+            **connection_variables(bootstrap, *connect_url, kafka_extra=stats),
             "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         }
     )
@@ -60,24 +59,13 @@ def configure_airflow(home: Path, bootstrap: str, connect_url: tuple[str, int]) 
     return dags
 
 
-def sensor_running(dag_id: str, task_id: str) -> bool:
-    from airflow.models import TaskInstance
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        state = (
-            session.query(TaskInstance.state)
-            .filter(TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id)
-            .scalar()
-        )
-    return str(state) == "running"
-
-
 def write_breach(
     producer: Any, connect: Any, name: str, dag_id: str, interval: float, timeline: dict[str, float]
 ) -> None:
     """Once the breach sensor has sampled a few times, write 50 DLQ records; note when, and when PAUSED shows."""
-    while not sensor_running(dag_id, "tolerance_guard.wait_for_breach"):
+    from airflow_kerr.local.demo import task_running
+
+    while not task_running(dag_id, "tolerance_guard.wait_for_breach"):
         time.sleep(0.1)
     time.sleep(interval * 2.5)
     first = int(time.time() * 1000)
@@ -110,7 +98,8 @@ def latency_trials(bootstrap: str, connect: Any, dags: Path, intervals: list[flo
             )
             group = f"connect-{name}"
             dag_id = name.replace("-", "_")
-            (dags / f"{dag_id}.py").write_text(
+            dag_file = dags / f"{dag_id}.py"
+            dag_file.write_text(
                 "import pendulum\n"
                 "from airflow.sdk import DAG\n"
                 "from airflow_kerr.operators.tolerance_guard import tolerance_guard\n"
@@ -120,7 +109,8 @@ def latency_trials(bootstrap: str, connect: Any, dags: Path, intervals: list[flo
                 f" source_topics=[{name!r}], consumer_group={group!r}, max_errors=10, min_records=50,"
                 f" window=120, poke_interval={interval})\n"
             )
-            dag = DagBag(dag_folder=str(dags)).get_dag(dag_id)
+            # Only this trial's file: the folder holds every earlier trial's DAG too.
+            dag = DagBag(dag_folder=str(dag_file)).get_dag(dag_id)
             producer = Producer(config)
             timeline: dict[str, float] = {}
 

@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 _PR_SET_PDEATHSIG = 1
+#: The longest one metadata request of :func:`wait_for_metadata` may block while it also watches the broker process.
+_METADATA_ATTEMPT_S = 1.0
 
 
 class BrokerUnavailable(RuntimeError):
@@ -54,22 +59,100 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    """Make the child receive SIGTERM when the process that started it dies, so nothing is orphaned."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _bind_error(port: int, host: str) -> OSError | None:
+    """Why ``port`` on ``host`` cannot be bound now, or None when it can."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return exc
+    return None
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when ``port`` on ``host`` can be bound now (a server that binds with address reuse would not tell)."""
+    return _bind_error(port, host) is None
+
+
+def parent_death_signal(sig: signal.Signals) -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the child receive ``sig`` when the process that started it dies.
+
+    The signal is the one the child shuts down cleanly on, so nothing is orphaned
+    even when the parent is killed hard.
+    """
+
+    def set_parent_death_signal() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, sig)
+
+    return set_parent_death_signal
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """Terminate a child, then kill it if it does not exit within ``timeout_s``.
+
+    It goes through the Popen rather than the pid: waiting on the Popen reaps the
+    child, whereas a pid probe keeps seeing an exited, unreaped child (a zombie).
+    """
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=timeout_s)
+
+
+def connection_variables(
+    bootstrap_servers: str, connect_host: str, connect_port: int, *, kafka_extra: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """The provider's three connections as ``AIRFLOW_CONN_*`` variables, pointing at the embedded stack.
+
+    It lives here, beside the broker, so that the CLI can use it without importing
+    httpx or Airflow. ``kafka_extra`` adds librdkafka settings to ``kafka_default``.
+    """
+    return {
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap_servers, **(kafka_extra or {})}}
+        ),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT": json.dumps(
+            {"conn_type": "kafka_connect", "host": connect_host, "port": connect_port, "schema": "http"}
+        ),
+    }
+
+
+def ensure_topics(bootstrap_servers: str, partitions: Mapping[str, int]) -> None:
+    """Create each topic of ``partitions`` (name to partition count, replication 1) that does not exist yet."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    existing = admin.list_topics(timeout=10).topics
+    wanted = [NewTopic(name, count, 1) for name, count in partitions.items() if name not in existing]
+    for future in (admin.create_topics(wanted) if wanted else {}).values():
+        future.result(timeout=30)
 
 
 def wait_for_metadata(bootstrap_servers: str, timeout_s: float, process: subprocess.Popen[bytes] | None = None) -> None:
-    """Block until a broker answers a metadata request, or raise BrokerUnavailable."""
+    """Block until a broker answers a metadata request, or raise BrokerUnavailable.
+
+    When ``process`` is the broker being started, its exit ends the wait at once
+    rather than at the deadline; a metadata request then blocks for at most
+    ``_METADATA_ATTEMPT_S`` between checks, since one to a dead broker only returns
+    at its own timeout.
+    """
     from confluent_kafka.admin import AdminClient
+
+    def check_process() -> None:
+        if process is not None and process.poll() is not None:
+            raise BrokerUnavailable(f"the broker process exited with code {process.returncode} while starting")
 
     host, _, port = bootstrap_servers.split(",")[0].rpartition(":")
     deadline = time.monotonic() + timeout_s
     while True:
-        if process is not None and process.poll() is not None:
-            raise BrokerUnavailable(f"the broker process exited with code {process.returncode} while starting")
+        check_process()
         try:
             with socket.create_connection((host, int(port)), timeout=0.5):
                 break
@@ -79,13 +162,19 @@ def wait_for_metadata(bootstrap_servers: str, timeout_s: float, process: subproc
             time.sleep(0.05)
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
     while True:
+        check_process()
+        attempt_s = deadline - time.monotonic()
+        if process is not None:
+            attempt_s = min(attempt_s, _METADATA_ATTEMPT_S)
         try:
-            metadata = admin.list_topics(timeout=max(0.5, deadline - time.monotonic()))
+            metadata = admin.list_topics(timeout=max(0.5, attempt_s))
             if metadata.brokers:
                 return
+            problem = "its metadata lists no brokers"
         except Exception as exc:  # the admin client raises KafkaException with no stable subclass
-            if time.monotonic() > deadline:
-                raise BrokerUnavailable(f"the broker at {bootstrap_servers} does not answer metadata: {exc}") from exc
+            problem = str(exc)
+        if time.monotonic() > deadline:
+            raise BrokerUnavailable(f"the broker at {bootstrap_servers} does not answer metadata: {problem}")
         time.sleep(0.1)
 
 
@@ -143,7 +232,7 @@ class LocalBroker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=self.detach,
-                preexec_fn=None if self.detach else _die_with_parent,
+                preexec_fn=None if self.detach else parent_death_signal(signal.SIGTERM),
             )
         finally:
             if log is not subprocess.DEVNULL:
@@ -157,25 +246,17 @@ class LocalBroker:
 
     def _check_port_free(self) -> None:
         """Tansu binds with address reuse, so a taken port would not fail its start: check first."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", self.port))
-            except OSError as exc:
-                raise BrokerUnavailable(
-                    f"port {self.port} on 127.0.0.1 is already in use ({exc.strerror}): choose another port"
-                ) from None
+        error = _bind_error(self.port, "127.0.0.1")
+        if error is not None:
+            raise BrokerUnavailable(
+                f"port {self.port} on 127.0.0.1 is already in use ({error.strerror}): choose another port"
+            )
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Terminate the broker, then kill it if it does not exit within ``timeout_s``."""
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=timeout_s)
+        stop_process(self.process, timeout_s)
         self.process = None
 
     def __enter__(self) -> LocalBroker:

@@ -19,7 +19,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from airflow_kerr.local.broker import BrokerUnavailable, LocalBroker, free_port, wait_for_metadata
+from airflow_kerr.local.broker import (
+    BrokerUnavailable,
+    LocalBroker,
+    connection_variables,
+    free_port,
+    stop_process,
+    wait_for_metadata,
+)
 
 STATE_FILE = "local.json"
 
@@ -53,7 +60,11 @@ def process_alive(pid: int, marker: str) -> bool:
 
 
 def terminate(pid: int, timeout_s: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL if the process is still there after ``timeout_s``."""
+    """SIGTERM, then SIGKILL if the process is still there after ``timeout_s``.
+
+    By pid, for what an earlier ``up`` started; a child this process holds as a
+    Popen goes through :func:`~airflow_kerr.local.broker.stop_process`, which reaps it.
+    """
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -104,10 +115,10 @@ def up(args: argparse.Namespace) -> int:
             f"Kafka Connect stand-in (development and tests only) started at {state['connect']['url']} "
             f"(pid {state['connect']['pid']})"
         )
-    kafka = json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": state["broker"]["bootstrap_servers"]}})
+    connections = connection_variables(state["broker"]["bootstrap_servers"], "127.0.0.1", state["connect"]["port"])
     print("\nconnections for Airflow:")
-    print(f"  AIRFLOW_CONN_KAFKA_DEFAULT='{kafka}'")
-    print(f"  AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT='kafka-connect://127.0.0.1:{state['connect']['port']}'")
+    for name, value in connections.items():
+        print(f"  {name}='{value}'")
     return 0
 
 
@@ -142,7 +153,7 @@ def start_connect_standin(bootstrap_servers: str, directory: Path, timeout_s: fl
                     break
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
-                terminate(process.pid)
+                stop_process(process)
                 raise BrokerUnavailable(f"the Kafka Connect stand-in did not start; see {log_path}") from None
             time.sleep(0.2)
     return {"pid": process.pid, "marker": f"--port {port}", "url": url, "port": port, "log": str(log_path)}

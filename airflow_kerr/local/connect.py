@@ -27,7 +27,6 @@ import base64
 import contextlib
 import json
 import logging
-import os
 import signal
 import ssl
 import sys
@@ -43,6 +42,8 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from airflow_kerr import __version__
+from airflow_kerr.local.broker import resolve_bootstrap_servers
+from airflow_kerr.local.cli import state_dir
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,6 @@ POISON_TIMES_CONFIG = "kerr.fail.times"
 STALE_CONFIG_MESSAGE = (
     "Cannot complete request momentarily due to stale configuration (typically caused by a concurrent config change)"
 )
-NO_LEADER_MESSAGE = (
-    "Cannot complete request momentarily due to no known leader URL, likely because a rebalance was underway."
-)
-CONFLICTING_OPERATION_MESSAGE = "Cannot complete request because of a conflicting operation (e.g. worker rebalance)"
 RESET_OFFSETS_MESSAGE = (
     "The Connect framework-managed offsets for this connector have been reset successfully. However, if this "
     "connector manages offsets externally, they will need to be manually reset in the system that the connector uses."
@@ -1152,13 +1149,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--bootstrap-servers",
-        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+        default=resolve_bootstrap_servers(),
         help="broker the sink connectors consume from (default: $KAFKA_BOOTSTRAP_SERVERS)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8083, help="port to listen on, 0 for a free one (default: 8083)")
     parser.add_argument(
-        "--data-dir", default=str(Path.cwd() / ".kerr" / "connect"), help="where relative sink 'file' paths go"
+        "--data-dir",
+        default=str(state_dir() / "connect"),
+        help="where relative sink 'file' paths go (default: $KERR_HOME/connect or ./.kerr/connect)",
     )
     parser.add_argument(
         "--transition-delay", type=float, default=1.0, help="seconds a state change takes to show in /status"

@@ -27,10 +27,15 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
-from airflow_kerr.local.broker import LocalBroker, resolve_bootstrap_servers, wait_for_metadata
+from airflow_kerr.local.broker import (
+    LocalBroker,
+    connection_variables,
+    ensure_topics,
+    resolve_bootstrap_servers,
+    wait_for_metadata,
+)
 from airflow_kerr.local.cli import state_dir
 from airflow_kerr.local.connect import SINK_CONNECTOR_CLASS, ConnectStandIn
-from airflow_kerr.local.ui import connection_variables
 
 REPO = Path(__file__).resolve().parents[2]
 TOPICS = {"orders": 2, "orders.clean": 1, "orders.dlq": 1, "orders.dlq.parked": 1, "kerr.metrics": 1}
@@ -76,16 +81,6 @@ def configure_airflow(home: Path, bootstrap_servers: str, connect_port: int) -> 
         }
     )
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
-
-
-def create_topics(bootstrap_servers: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    existing = admin.list_topics(timeout=10).topics
-    wanted = [NewTopic(name, partitions, 1) for name, partitions in TOPICS.items() if name not in existing]
-    for future in (admin.create_topics(wanted) if wanted else {}).values():
-        future.result(30)
 
 
 class AlertReceiver:
@@ -163,7 +158,7 @@ def summary(rows: list[tuple[str, Any]]) -> None:
 
 
 def run_story(bootstrap: str, connect: ConnectStandIn, receiver: AlertReceiver) -> int:
-    create_topics(bootstrap)
+    ensure_topics(bootstrap, TOPICS)
     connect.add_connector(
         CONNECTOR, {"connector.class": SINK_CONNECTOR_CLASS, "topics": "orders.clean", "file": "orders.jsonl"}
     )

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,7 +29,16 @@ from typing import Any
 
 import httpx
 
-from airflow_kerr.local.broker import BrokerUnavailable, LocalBroker, free_port, resolve_bootstrap_servers
+from airflow_kerr.local.broker import (
+    BrokerUnavailable,
+    LocalBroker,
+    connection_variables,
+    ensure_topics,
+    free_port,
+    parent_death_signal,
+    port_free,
+    resolve_bootstrap_servers,
+)
 from airflow_kerr.local.cli import state_dir
 from airflow_kerr.local.connect import ConnectStandIn
 
@@ -45,7 +52,6 @@ ROLE = "admin"
 #: The DLQ topic the ``dlq_replay`` form names by default; seeded so a dry run with the defaults has work to show.
 SAMPLE_DLQ_TOPIC = "orders.dlq"
 SAMPLE_SOURCE_TOPIC = "orders"
-_PR_SET_PDEATHSIG = 1
 _HEALTHY_COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 
 
@@ -53,38 +59,9 @@ class LocalUIError(RuntimeError):
     """The local Airflow UI could not be started or did not become ready."""
 
 
-def _port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def preferred_port(port: int, host: str = "127.0.0.1") -> int:
     """``port`` when it is free (so URLs stay familiar), otherwise any free port."""
-    return port if _port_free(port, host) else free_port(host)
-
-
-def _interrupt_with_parent() -> None:
-    """Send SIGINT to ``airflow standalone`` if its parent dies: SIGINT is what makes it stop its components."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
-
-
-def connection_variables(bootstrap_servers: str, connect_host: str, connect_port: int) -> dict[str, str]:
-    """The provider's three connections as ``AIRFLOW_CONN_*`` variables, pointing at the embedded stack."""
-    return {
-        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
-            {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap_servers}}
-        ),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT": json.dumps(
-            {"conn_type": "kafka_connect", "host": connect_host, "port": connect_port, "schema": "http"}
-        ),
-    }
+    return port if port_free(port, host) else free_port(host)
 
 
 def airflow_environment(
@@ -94,7 +71,6 @@ def airflow_environment(
     port: int,
     password_file: Path,
     connections: Mapping[str, str],
-    base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment ``airflow standalone`` runs with.
 
@@ -104,7 +80,7 @@ def airflow_environment(
     each process's defaults.
     """
     python_bin = Path(sys.executable).parent
-    env = dict(os.environ if base is None else base)
+    env = dict(os.environ)
     env.update(connections)
     env.update(
         {
@@ -158,18 +134,12 @@ def seed_dead_letters(
     (the fix parks them), so a dry run of ``dlq_replay`` has a breakdown to show.
     """
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
     from airflow_kerr.examples.orders import InvalidOrder
 
-    config: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers}
-    admin = AdminClient(config)
-    existing = admin.list_topics(timeout=10).topics
-    wanted = [NewTopic(topic, 1, 1) for topic in (source_topic, dlq_topic) if topic not in existing]
-    for future in admin.create_topics(wanted).values() if wanted else ():
-        future.result(timeout=30)
-    producer = Producer(config)
+    ensure_topics(bootstrap_servers, {source_topic: 1, dlq_topic: 1})
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
     now_ms = int(time.time() * 1000)
     for index in range(count):
         order_id = f"o-{index}"
@@ -253,11 +223,15 @@ class LocalUI:
     airflow_home: Path
     log_path: Path
     bootstrap_servers: str
-    connect_url: str
     process: subprocess.Popen[bytes] | None = None
     broker: LocalBroker | None = None
     connect: ConnectStandIn | None = None
     _stopped: bool = field(default=False, repr=False)
+
+    @property
+    def connect_url(self) -> str:
+        """The Kafka Connect stand-in's URL, or "" before it is started."""
+        return self.connect.url if self.connect is not None else ""
 
     def token(self, timeout_s: float = 30.0) -> str:
         """A JWT for the REST API, got with the same login the browser uses."""
@@ -404,7 +378,6 @@ def start_local_ui(
         airflow_home=airflow_home,
         log_path=home / "standalone.log",
         bootstrap_servers="",
-        connect_url="",
     )
     try:
         external = bootstrap_servers or resolve_bootstrap_servers()
@@ -418,7 +391,6 @@ def start_local_ui(
         ui.connect = ConnectStandIn(
             ui.bootstrap_servers, home / "connect", port=connect_port or preferred_port(CONNECT_DEFAULT_PORT)
         ).start()
-        ui.connect_url = ui.connect.url
         password_file = airflow_home / "simple_auth_manager_passwords.json"
         write_password_file(password_file, ui.username, ui.password)
         env = airflow_environment(
@@ -437,7 +409,8 @@ def start_local_ui(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_interrupt_with_parent,
+                # SIGINT is what makes airflow standalone stop its components.
+                preexec_fn=parent_death_signal(signal.SIGINT),
             )
         _wait_ready(ui, wait_for_dags, startup_timeout_s)
     except BaseException:
@@ -496,7 +469,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Start the local UI, print how to reach it, and keep it running until Ctrl-C or SIGTERM."""
     args = build_parser().parse_args(argv)
-    if args.port and not _port_free(args.port, _client_host(args.host)):
+    if args.port and not port_free(args.port, _client_host(args.host)):
         print(f"kerr ui: port {args.port} is already in use; choose another with --port", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)

@@ -127,6 +127,14 @@ def test_kerr_cli_up_status_down(tmp_path: Path) -> None:
     assert "broker started at 127.0.0.1:" in started.stdout
     assert "Kafka Connect stand-in (development and tests only) started at http://127.0.0.1:" in started.stdout
     state = json.loads((tmp_path / "state" / "local.json").read_text())
+    printed = dict(
+        line.strip().split("=", 1) for line in started.stdout.splitlines() if line.strip().startswith("AIRFLOW_CONN_")
+    )
+    assert json.loads(printed["AIRFLOW_CONN_KAFKA_DEFAULT"].strip("'"))["extra"] == {
+        "bootstrap.servers": state["broker"]["bootstrap_servers"]
+    }
+    assert json.loads(printed["AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT"].strip("'"))["port"] == state["connect"]["port"]
+    assert json.loads(printed["AIRFLOW_CONN_SPARK_DEFAULT"].strip("'")) == {"conn_type": "spark", "host": "local[2]"}
     try:
         status = run("status")
         assert status.returncode == 0 and "broker: running at 127.0.0.1:" in status.stdout

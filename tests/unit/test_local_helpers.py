@@ -1,0 +1,197 @@
+"""The small helpers the embedded stack shares: ports, parent-death signals, child shutdown, connections."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_kerr.local import cli
+from airflow_kerr.local.broker import (
+    BrokerUnavailable,
+    connection_variables,
+    free_port,
+    port_free,
+    stop_process,
+    wait_for_metadata,
+)
+from airflow_kerr.local.connect import build_parser as connect_parser
+
+
+def _wait_for(path: Path, timeout_s: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() or not path.read_text():
+        assert time.monotonic() < deadline, f"{path} was not written"
+        time.sleep(0.05)
+    return path.read_text()
+
+
+def test_port_free_sees_a_listening_socket() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        taken = int(sock.getsockname()[1])
+        assert not port_free(taken)
+    assert port_free(free_port())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_child_gets_the_chosen_signal_when_its_parent_dies(tmp_path: Path, sig: signal.Signals) -> None:
+    """The owner is killed hard; its child must still get ``sig``, the signal it shuts down cleanly on."""
+    got, ready = tmp_path / "got", tmp_path / "ready"
+    child = textwrap.dedent(
+        f"""
+        import signal, sys, time
+        def record(signum, frame):
+            open({str(got)!r}, "w").write(signal.Signals(signum).name)
+            sys.exit(0)
+        signal.signal(signal.{sig.name}, record)
+        open({str(ready)!r}, "w").write("1")
+        time.sleep(60)
+        """
+    )
+    owner = textwrap.dedent(
+        f"""
+        import signal, subprocess, sys, time
+        from airflow_kerr.local.broker import parent_death_signal
+        subprocess.Popen([sys.executable, "-c", {child!r}], preexec_fn=parent_death_signal(signal.{sig.name}))
+        time.sleep(60)
+        """
+    )
+    process = subprocess.Popen([sys.executable, "-c", owner])
+    try:
+        _wait_for(ready)
+        process.kill()
+        process.wait(timeout=10)
+        assert _wait_for(got, timeout_s=10) == sig.name
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_stop_process_reaps_a_child_that_exits_on_sigterm() -> None:
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    started = time.monotonic()
+    stop_process(process, timeout_s=10)
+    assert process.returncode == -signal.SIGTERM
+    assert time.monotonic() - started < 5
+
+
+def test_stop_process_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"open({str(ready)!r}, 'w').write('1')\n"
+        "time.sleep(60)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", code])
+    _wait_for(ready)
+    stop_process(process, timeout_s=0.5)
+    assert process.returncode == -signal.SIGKILL
+
+
+def test_a_failed_connect_start_reaps_the_stand_in_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in runs but never answers in time: stopping it must not wait out a zombie's pid probe."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    def unanswered(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("not answering")
+
+    monkeypatch.setattr(cli.subprocess, "Popen", Recorded)
+    monkeypatch.setattr(urllib.request, "urlopen", unanswered)
+    begun = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match="the Kafka Connect stand-in did not start"):
+        cli.start_connect_standin("127.0.0.1:1", tmp_path, timeout_s=1.0)
+    elapsed = time.monotonic() - begun
+    assert len(started) == 1 and started[0].returncode is not None, "the stand-in was not reaped"
+    assert elapsed < 9, f"stopping the stand-in took {elapsed:.1f} s"
+
+
+def test_wait_for_metadata_notices_a_broker_that_dies_after_opening_its_port(tmp_path: Path) -> None:
+    """The port answers, then the process exits: the wait ends then, not at its deadline."""
+    port = free_port()
+    code = textwrap.dedent(
+        f"""
+        import socket, sys, time
+        server = socket.create_server(("127.0.0.1", {port}))
+        print("ready", flush=True)
+        connection, _ = server.accept()
+        time.sleep(1.5)
+        sys.exit(3)
+        """
+    )
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == b"ready"
+        begun = time.monotonic()
+        with pytest.raises(BrokerUnavailable, match="the broker process exited with code 3 while starting"):
+            wait_for_metadata(f"127.0.0.1:{port}", timeout_s=60, process=process)
+        assert time.monotonic() - begun < 15
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def test_connection_variables_name_all_three_connections() -> None:
+    variables = connection_variables("127.0.0.1:9092", "127.0.0.1", 8083, kafka_extra={"stats_cb": "m.f"})
+    assert set(variables) == {
+        "AIRFLOW_CONN_KAFKA_DEFAULT",
+        "AIRFLOW_CONN_SPARK_DEFAULT",
+        "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT",
+    }
+    assert json.loads(variables["AIRFLOW_CONN_KAFKA_DEFAULT"]) == {
+        "conn_type": "kafka",
+        "extra": {"bootstrap.servers": "127.0.0.1:9092", "stats_cb": "m.f"},
+    }
+    assert json.loads(variables["AIRFLOW_CONN_SPARK_DEFAULT"]) == {"conn_type": "spark", "host": "local[2]"}
+    assert json.loads(variables["AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT"]) == {
+        "conn_type": "kafka_connect",
+        "host": "127.0.0.1",
+        "port": 8083,
+        "schema": "http",
+    }
+    assert "stats_cb" not in connection_variables("b:1", "h", 1)["AIRFLOW_CONN_KAFKA_DEFAULT"]
+
+
+def test_the_connect_stand_in_defaults_follow_kerr_home_and_the_broker_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERR_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", " kafka-1:9092 ")
+    args = connect_parser().parse_args([])
+    assert args.data_dir == str(tmp_path / "state" / "connect")
+    assert args.bootstrap_servers == "kafka-1:9092"
+    monkeypatch.delenv("KERR_HOME")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", " ")
+    monkeypatch.chdir(tmp_path)
+    args = connect_parser().parse_args([])
+    assert args.data_dir == str(tmp_path / ".kerr" / "connect")
+    assert args.bootstrap_servers is None
+
+
+@pytest.mark.parametrize("module", ["cli", "connect", "broker", "demo"])
+def test_the_local_modules_import_without_httpx_or_airflow(module: str) -> None:
+    """``kerr`` must start fast and work without the UI's dependencies."""
+    code = (
+        f"import sys, airflow_kerr.local.{module}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'airflow', 'httpx'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "[]"
