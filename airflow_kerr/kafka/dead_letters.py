@@ -8,15 +8,14 @@ are read, for a sample of what went wrong.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 
 from airflow_kerr.errors import parse_dead_letter
-from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_partitions, watermarks
+from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, read_range, topic_partitions, watermarks
 
 SINCE_TASK_START = "task_start"
 SINCE_GROUP_PREFIX = "group:"
@@ -106,14 +105,8 @@ def newest_dead_letters(
     consumer = offset_consumer(kafka_config)
     found: list[dict[str, Any]] = []
     try:
-        consumer.assign([TopicPartition(topic, p, start) for p, start in starts.items()])
-        remaining = sum(growth.ends[p] - start for p, start in starts.items())
-        deadline = time.monotonic() + timeout_s
-        while remaining > 0 and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None or message.error() is not None:
-                continue
-            remaining -= 1
+        messages, _ = read_range(consumer, topic, starts, growth.ends, timeout_s)
+        for message in messages:
             letter = parse_dead_letter(
                 message.headers() or [],
                 message.key(),

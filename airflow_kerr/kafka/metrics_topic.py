@@ -9,13 +9,12 @@ whole topic.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from airflow_kerr.kafka.offsets import offset_consumer, topic_partitions, watermarks
+from airflow_kerr.kafka.offsets import offset_consumer, read_range, topic_partitions, watermarks
 
 
 def read_metrics_records(
@@ -30,28 +29,15 @@ def read_metrics_records(
     try:
         partitions = topic_partitions(consumer, topic, timeout_s)
         marks = watermarks(consumer, partitions, timeout_s)
-        starts = consumer.offsets_for_times([TopicPartition(t, p, since_ms) for t, p in partitions], timeout=timeout_s)
-        assignment = []
-        for tp in starts:
+        found = consumer.offsets_for_times([TopicPartition(t, p, since_ms) for t, p in partitions], timeout=timeout_s)
+        starts: dict[int, int] = {}
+        for tp in found:
             low, high = marks[(tp.topic, tp.partition)]
-            start = tp.offset if tp.offset >= 0 else high
-            start = max(start, low)
-            if start < high:
-                assignment.append(TopicPartition(tp.topic, tp.partition, start))
+            starts[tp.partition] = max(tp.offset if tp.offset >= 0 else high, low)
+        ends = {p: high for (_, p), (_, high) in marks.items()}
+        messages, _ = read_range(consumer, topic, starts, ends, timeout_s)
         records: list[dict[str, Any]] = []
-        if not assignment:
-            return records
-        consumer.assign(assignment)
-        ends = {key: high for key, (_, high) in marks.items()}
-        done: set[tuple[str, int]] = set()
-        deadline = time.monotonic() + timeout_s
-        while len(done) < len(assignment) and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None or message.error() is not None:
-                continue
-            key = (str(message.topic()), int(message.partition() or 0))
-            if int(message.offset() or 0) >= ends[key] - 1:
-                done.add(key)
+        for message in messages:
             try:
                 record = json.loads(message.value() or b"")
             except (TypeError, ValueError):

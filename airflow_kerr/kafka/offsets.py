@@ -111,35 +111,48 @@ def end_offsets(
         consumer.close()
 
 
+def read_range(
+    consumer: Consumer, topic: str, starts: Mapping[int, int], ends: Mapping[int, int], timeout_s: float
+) -> tuple[list[Any], list[int]]:
+    """The records of ``topic`` from ``starts`` up to ``ends`` per partition, in fetch order, and the
+    partitions that did not reach their end within ``timeout_s`` (sorted).
+
+    A partition whose last offsets are transaction markers (never delivered) is done
+    once the consumer's position reaches its end, rather than at the timeout.
+    """
+    todo = {p: ends[p] for p, start in starts.items() if start < ends[p]}
+    consumer.assign([TopicPartition(topic, p, starts[p]) for p in todo])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while todo and time.monotonic() <= deadline:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            out.append(message)
+            partition = int(message.partition() or 0)
+            if partition in todo and int(message.offset() or 0) >= todo[partition] - 1:
+                todo.pop(partition)
+        elif message is None:
+            for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
+                if tp.offset >= todo[tp.partition]:
+                    todo.pop(tp.partition)
+    return out, sorted(todo)
+
+
 def read_to_end(
     kafka_config: Mapping[str, Any], topic: str, isolation_level: str = "read_committed", timeout_s: float = 20.0
 ) -> list[Any]:
     """Every record of every partition of ``topic`` up to the end offsets seen now, in fetch order.
 
-    A partition whose last offsets are transaction markers (never delivered) is done
-    once the consumer's position reaches its end. Raises OffsetLookupError when the
-    records do not arrive within ``timeout_s``.
+    Raises OffsetLookupError when the records do not arrive within ``timeout_s``.
     """
     consumer = offset_consumer({**kafka_config, "isolation.level": isolation_level})
     try:
         marks = watermarks(consumer, topic_partitions(consumer, topic, timeout_s), timeout_s)
-        todo = {p: high for (_, p), (low, high) in marks.items() if high > low}
-        consumer.assign([TopicPartition(topic, p, marks[(topic, p)][0]) for p in todo])
-        out: list[Any] = []
-        deadline = time.monotonic() + timeout_s
-        while todo:
-            if time.monotonic() > deadline:
-                raise OffsetLookupError(f"{topic}: partitions {sorted(todo)} did not reach their end in {timeout_s} s")
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                out.append(message)
-                partition = int(message.partition() or 0)
-                if partition in todo and int(message.offset() or 0) >= todo[partition] - 1:
-                    todo.pop(partition)
-            elif message is None:
-                for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
-                    if tp.offset >= todo[tp.partition]:
-                        todo.pop(tp.partition)
+        starts = {p: low for (_, p), (low, _) in marks.items()}
+        ends = {p: high for (_, p), (_, high) in marks.items()}
+        out, unfinished = read_range(consumer, topic, starts, ends, timeout_s)
+        if unfinished:
+            raise OffsetLookupError(f"{topic}: partitions {unfinished} did not reach their end in {timeout_s} s")
         return out
     finally:
         consumer.close()
