@@ -2,7 +2,7 @@
 
 Pure functions on the ``GET /connectors/{c}/status`` body, shared by the
 poke-style waits, the deferrable trigger and the sensor so all three decide
-"done" the same way. A status body looks like::
+"done" the same way (:func:`check_poll` is the one step they each run per poll). A status body looks like::
 
     {"name": "orders-sink",
      "connector": {"state": "RUNNING", "worker_id": "10.0.0.1:8083", "trace": "..."},
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+from airflow_kerr.hooks.connect_errors import TRANSIENT_ERRORS, KafkaConnectError
 
 STATES = ("UNASSIGNED", "RUNNING", "PAUSED", "FAILED", "RESTARTING", "STOPPED")
 
@@ -69,23 +71,31 @@ class ConnectorTarget:
         """Whether ``status`` shows the target, and what is still awaited."""
         name = status.get("name", "?")
         waiting: list[str] = []
-        fatal: str | None = None
+        given_up: list[str] = []
         state = (status.get("connector") or {}).get("state", "UNKNOWN")
         if state != self.state:
             if state == "FAILED" and self.failed_connector == "fail":
-                fatal = f"connector {name} is FAILED and cannot become {self.state} this way. {self.hint}".strip()
+                given_up.append(f"connector {name}")
             elif not (state == "FAILED" and self.failed_connector == "report"):
                 waiting.append(f"connector is {state}")
         if self.include_tasks:
-            waiting.extend(self._check_tasks(status.get("tasks") or []))
+            task_waiting, task_given_up = self._check_tasks(status.get("tasks") or [])
+            waiting.extend(task_waiting)
+            given_up.extend(f"task {task_id} of {name}" for task_id in task_given_up)
+        fatal = None
+        if given_up:
+            verb = "is" if len(given_up) == 1 else "are"
+            fatal = f"{', '.join(given_up)} {verb} FAILED and cannot become {self.state} this way. {self.hint}".strip()
         return Verdict(
             reached=not waiting and fatal is None,
             waiting_on=tuple(waiting),
             fatal=fatal,
         )
 
-    def _check_tasks(self, tasks: list[dict[str, Any]]) -> list[str]:
+    def _check_tasks(self, tasks: list[dict[str, Any]]) -> tuple[list[str], list[Any]]:
+        """(what is still awaited, ids of FAILED tasks that ``failed_tasks="fail"`` gives up on)."""
         waiting: list[str] = []
+        given_up: list[Any] = []
         listed = {int(task.get("id", -1)) for task in tasks}
         if self.task_ids is not None:
             tasks = [task for task in tasks if int(task.get("id", -1)) in self.task_ids]
@@ -94,8 +104,47 @@ class ConnectorTarget:
             state = task.get("state", "UNKNOWN")
             if state == self.state or (state == "FAILED" and self.failed_tasks == "report"):
                 continue
-            waiting.append(f"task {task.get('id')} is {state}")
-        return waiting
+            if state == "FAILED" and self.failed_tasks == "fail":
+                given_up.append(task.get("id"))
+            else:
+                waiting.append(f"task {task.get('id')} is {state}")
+        return waiting, given_up
+
+
+@dataclass(frozen=True)
+class Poll:
+    """Where one connector stands after one status poll; ``waiting`` and ``fatal`` are None when it is done.
+
+    The operators' worker-side wait, the trigger and the sensor all read a poll
+    through :func:`check_poll`, so they agree on what is done, what is worth
+    waiting for (a transient error included) and what is not.
+    """
+
+    status: dict[str, Any] | None
+    waiting: str | None = None
+    fatal: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.waiting is None and self.fatal is None
+
+
+def check_poll(target: ConnectorTarget, reading: dict[str, Any] | KafkaConnectError) -> Poll:
+    """Judge one poll: ``reading`` is the status body, or the transient error (``TRANSIENT_ERRORS``) met instead.
+
+    A transient error (worker restarting, rebalancing, overloaded) is something
+    to wait through, never a verdict; the callers let every other error propagate.
+    """
+    if isinstance(reading, KafkaConnectError):
+        if not isinstance(reading, TRANSIENT_ERRORS):
+            raise reading
+        return Poll(status=None, waiting=f"status unavailable: {reading}")
+    verdict = target.evaluate(reading)
+    if verdict.fatal:
+        return Poll(status=reading, fatal=verdict.fatal)
+    if not verdict.reached:
+        return Poll(status=reading, waiting=f"{describe(reading)} (waiting: {', '.join(verdict.waiting_on)})")
+    return Poll(status=reading)
 
 
 def failed_instances(status: dict[str, Any]) -> list[dict[str, Any]]:

@@ -329,6 +329,19 @@ class KafkaConnectHook(BaseHook):
         kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not connect"
         return ConnectUnreachable(method, url, f"{kind}: {str(exc) or type(exc).__name__}")
 
+    def _retry_delay(self, response: httpx.Response, backoff: _Backoff, method: str, path: str) -> float | None:
+        """How long to wait before retrying a 409 within the budget; None for an answer to return.
+
+        The decision ``request`` and ``arequest`` share, so they only differ in how they send and sleep.
+        Raises the typed error for any other failed answer, and for a 409 past the budget.
+        """
+        delay = backoff.next_delay() if response.status_code == 409 else None
+        if delay is None:
+            _raise_for_status(response)
+            return None
+        self.log.warning("%s %s: 409 %s; retrying in %.2f s", method, path, response.text[:200], delay)
+        return delay
+
     def request(self, method: str, path: str, *, retry_conflicts: bool = True, **kwargs: Any) -> httpx.Response:
         """Send one request, retrying a 409 within the rebalance budget; raise the typed error otherwise.
 
@@ -342,11 +355,9 @@ class KafkaConnectHook(BaseHook):
                 response = client.request(method, path, **kwargs)
             except (httpx.TransportError, httpx.InvalidURL) as exc:
                 raise self._unreachable(client, method, path, exc) from exc
-            delay = backoff.next_delay() if response.status_code == 409 else None
+            delay = self._retry_delay(response, backoff, method, path)
             if delay is None:
-                _raise_for_status(response)
                 return response
-            self.log.warning("%s %s: 409 %s; retrying in %.2f s", method, path, response.text[:200], delay)
             time.sleep(delay)
 
     async def arequest(self, method: str, path: str, *, retry_conflicts: bool = True, **kwargs: Any) -> httpx.Response:
@@ -358,11 +369,9 @@ class KafkaConnectHook(BaseHook):
                 response = await client.request(method, path, **kwargs)
             except (httpx.TransportError, httpx.InvalidURL) as exc:
                 raise self._unreachable(client, method, path, exc) from exc
-            delay = backoff.next_delay() if response.status_code == 409 else None
+            delay = self._retry_delay(response, backoff, method, path)
             if delay is None:
-                _raise_for_status(response)
                 return response
-            self.log.warning("%s %s: 409 %s; retrying in %.2f s", method, path, response.text[:200], delay)
             await asyncio.sleep(delay)
 
     # the API --------------------------------------------------------------------------------------

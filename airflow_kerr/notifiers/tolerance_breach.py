@@ -173,7 +173,10 @@ class ToleranceBreachNotifier(BaseNotifier):
             return False
 
     def notify(self, context: Context) -> None:
-        details = self.details(context)
+        self.send(self.details(context))
+
+    def send(self, details: Mapping[str, Any]) -> None:
+        """Log and send already-built ``details``, for a caller that also keeps them (the guard returns them)."""
         text = self.text(details)
         self.log.warning("%s", text)
         if self.webhook_url:

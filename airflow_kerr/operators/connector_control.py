@@ -28,8 +28,8 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_kerr.hooks.connect_errors import TRANSIENT_ERRORS, ConnectorStateTimeout
-from airflow_kerr.hooks.connect_status import ConnectorTarget, describe, failed_instances, first_line
+from airflow_kerr.hooks.connect_errors import TRANSIENT_ERRORS, ConnectorStateTimeout, KafkaConnectError
+from airflow_kerr.hooks.connect_status import ConnectorTarget, check_poll, describe, failed_instances, first_line
 from airflow_kerr.hooks.kafka_connect import DEFAULT_REBALANCE_RETRY_BUDGET_S, KafkaConnectHook
 from airflow_kerr.triggers.connector_state import ConnectorStateTrigger
 
@@ -156,17 +156,10 @@ class BaseConnectorControlOperator(BaseOperator):
                 statuses, pending = self._poll_once(hook, targets)
                 if not pending:
                     return self._finish(context, statuses)
-                self.defer(
-                    trigger=ConnectorStateTrigger(
-                        targets={name: target.to_dict() for name, target in targets.items()},
-                        deadline=time.time() + self.wait_timeout,
-                        poll_interval=self.poll_interval,
-                        kafka_connect_conn_id=self.kafka_connect_conn_id,
-                    ),
-                    method_name="execute_complete",
-                    # A backstop only: the trigger's own deadline fires first, with a better message.
-                    timeout=timedelta(seconds=self.wait_timeout + max(60.0, 2 * self.poll_interval)),
+                trigger, backstop = ConnectorStateTrigger.deferral(
+                    targets, self.wait_timeout, self.poll_interval, self.kafka_connect_conn_id
                 )
+                self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop)
             return self._finish(context, self._wait(hook, targets))
 
     def _poll_once(
@@ -176,16 +169,18 @@ class BaseConnectorControlOperator(BaseOperator):
         statuses: dict[str, dict[str, Any]] = {}
         pending: dict[str, str] = {}
         for name, target in targets.items():
+            reading: dict[str, Any] | KafkaConnectError
             try:
-                statuses[name] = hook.get_status(name)
+                reading = hook.get_status(name)
             except TRANSIENT_ERRORS as exc:
-                pending[name] = f"status unavailable: {exc}"
-                continue
-            verdict = target.evaluate(statuses[name])
-            if verdict.fatal:
-                raise AirflowException(f"{self.action} of {name}: {verdict.fatal}")
-            if not verdict.reached:
-                pending[name] = f"{describe(statuses[name])} (waiting: {', '.join(verdict.waiting_on)})"
+                reading = exc
+            poll = check_poll(target, reading)
+            if poll.status is not None:
+                statuses[name] = poll.status
+            if poll.fatal:
+                raise AirflowException(f"{self.action} of {name}: {poll.fatal}")
+            if poll.waiting:
+                pending[name] = poll.waiting
         return statuses, pending
 
     def _wait(self, hook: KafkaConnectHook, targets: dict[str, ConnectorTarget]) -> dict[str, dict[str, Any]]:

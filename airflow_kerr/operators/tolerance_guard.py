@@ -92,8 +92,9 @@ def tolerance_guard(
                 **dict(notifier or {}),
             )
             notifier_task.render_template_fields(context)  # type: ignore[arg-type]
-            notifier_task.notify(context)  # type: ignore[arg-type]
-            return notifier_task.details(context)  # type: ignore[arg-type]
+            details = notifier_task.details(context)  # type: ignore[arg-type]
+            notifier_task.send(details)
+            return details
 
         recovery = ToleranceSensor(
             task_id="wait_for_recovery", wait_for="recovery", timeout=timeouts["recovery"], **watch

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
-from airflow_kerr.hooks.connect_status import STATES, ConnectorTarget, describe
+from airflow_kerr.hooks.connect_errors import TRANSIENT_ERRORS, KafkaConnectError
+from airflow_kerr.hooks.connect_status import STATES, ConnectorTarget, check_poll
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.triggers.connector_state import ConnectorStateTrigger
 
@@ -27,7 +26,8 @@ class ConnectorStateSensor(BaseSensorOperator):
     :param deferrable: poll on the triggerer (asynchronously) instead of in the worker.
 
     Returns (XCom) the status body that met the target. A connector the worker
-    does not know fails the sensor at once.
+    does not know fails the sensor at once; a worker that is restarting,
+    rebalancing or answering 5xx is waited through until the timeout.
     """
 
     template_fields: Sequence[str] = ("connector", "target_state", "kafka_connect_conn_id")
@@ -51,43 +51,48 @@ class ConnectorStateSensor(BaseSensorOperator):
         self.include_tasks = include_tasks
         self.kafka_connect_conn_id = kafka_connect_conn_id
         self.deferrable = deferrable
+        self._hook: KafkaConnectHook | None = None
 
     @property
     def target(self) -> ConnectorTarget:
         return ConnectorTarget(self.target_state.upper(), include_tasks=self.include_tasks)
 
+    def _connect_hook(self) -> KafkaConnectHook:
+        """One hook (connection read, HTTP client) for every poke of this run; ``execute`` closes it."""
+        if self._hook is None:
+            self._hook = KafkaConnectHook(self.kafka_connect_conn_id)
+        return self._hook
+
     def poke(self, context: Context) -> PokeReturnValue | bool:
-        with KafkaConnectHook(self.kafka_connect_conn_id) as hook:
-            status = hook.get_status(self.connector)
-        verdict = self.target.evaluate(status)
-        if verdict.reached:
-            return PokeReturnValue(is_done=True, xcom_value=status)
-        self.log.info(
-            "%s: %s; waiting for %s (%s)",
-            self.connector,
-            describe(status),
-            self.target.state,
-            ", ".join(verdict.waiting_on),
-        )
+        reading: dict[str, Any] | KafkaConnectError
+        try:
+            reading = self._connect_hook().get_status(self.connector)
+        except TRANSIENT_ERRORS as exc:
+            # The worker may be restarting or rebalancing: keep poking until the timeout, as the trigger does.
+            reading = exc
+        poll = check_poll(self.target, reading)
+        if poll.fatal:
+            raise AirflowException(f"{self.connector}: {poll.fatal}")
+        if poll.done:
+            return PokeReturnValue(is_done=True, xcom_value=poll.status)
+        self.log.info("%s: waiting for %s: %s", self.connector, self.target.state, poll.waiting)
         return False
 
     def execute(self, context: Context) -> Any:
-        if not self.deferrable:
-            return super().execute(context)
-        first = self.poke(context)
+        try:
+            if not self.deferrable:
+                return super().execute(context)
+            first = self.poke(context)
+        finally:
+            if self._hook is not None:
+                self._hook.close()
+                self._hook = None
         if isinstance(first, PokeReturnValue):
             return first.xcom_value
-        self.defer(
-            trigger=ConnectorStateTrigger(
-                targets={self.connector: self.target.to_dict()},
-                deadline=time.time() + self.timeout,
-                poll_interval=self.poke_interval,
-                kafka_connect_conn_id=self.kafka_connect_conn_id,
-            ),
-            method_name="execute_complete",
-            # A backstop only: the trigger's own deadline fires first, with a better message.
-            timeout=timedelta(seconds=self.timeout + max(60.0, 2 * self.poke_interval)),
+        trigger, backstop = ConnectorStateTrigger.deferral(
+            {self.connector: self.target}, self.timeout, self.poke_interval, self.kafka_connect_conn_id
         )
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger: the status that met the target, or the reason it was not met."""

@@ -18,6 +18,7 @@ from airflow_kerr.kafka.dead_letters import (
     newest_dead_letters,
     validate_since,
 )
+from airflow_kerr.triggers.base import deadline_and_backstop
 from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueTrigger, dead_letter_result
 
 
@@ -64,9 +65,13 @@ class DeadLetterQueueSensor(BaseSensorOperator):
         self.sample_size = sample_size
         self.deferrable = deferrable
         self._baseline: dict[int, int] | None = None
+        self._kafka_config: dict[str, Any] | None = None
 
     def _config(self) -> dict[str, Any]:
-        return KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
+        """The connection's client config, read once per run rather than at every poke."""
+        if self._kafka_config is None:
+            self._kafka_config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
+        return self._kafka_config
 
     def baseline(self) -> dict[int, int]:
         """Where counting starts, fixed at the first poke of this task."""
@@ -92,7 +97,11 @@ class DeadLetterQueueSensor(BaseSensorOperator):
         first = self.poke(context)
         if isinstance(first, PokeReturnValue) and first.is_done:
             return first.xcom_value
-        timeout = timedelta(seconds=float(self.timeout)) if self.timeout else None
+        deadline: float | None = None
+        backstop: timedelta | None = None
+        if self.timeout:
+            # The trigger's own deadline fails the task with the explanation in execute_complete.
+            deadline, backstop = deadline_and_backstop(float(self.timeout), float(self.poke_interval))
         self.defer(
             trigger=DeadLetterQueueTrigger(
                 topic=self.topic,
@@ -101,9 +110,10 @@ class DeadLetterQueueSensor(BaseSensorOperator):
                 sample_size=self.sample_size,
                 poll_interval=float(self.poke_interval),
                 kafka_config_id=self.kafka_config_id,
+                deadline=deadline,
             ),
             method_name="execute_complete",
-            timeout=timeout,
+            timeout=backstop,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

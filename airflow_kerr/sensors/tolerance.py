@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.tolerance import SOURCES, WAIT_FOR, ToleranceWatch
+from airflow_kerr.triggers.base import deadline_and_backstop
 from airflow_kerr.triggers.tolerance import ToleranceTrigger
 
 
@@ -135,15 +136,20 @@ class ToleranceSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        timeout = timedelta(seconds=float(self.timeout)) if self.timeout else None
+        deadline: float | None = None
+        backstop: timedelta | None = None
+        if self.timeout:
+            # The trigger's own deadline fails the task with the explanation in execute_complete.
+            deadline, backstop = deadline_and_backstop(float(self.timeout), float(self.poke_interval))
         self.defer(
             trigger=ToleranceTrigger(
                 watch=self.watch_settings(),
                 poll_interval=float(self.poke_interval),
                 kafka_config_id=self.kafka_config_id,
+                deadline=deadline,
             ),
             method_name="execute_complete",
-            timeout=timeout,
+            timeout=backstop,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

@@ -13,14 +13,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
 from airflow_kerr.hooks.connect_errors import TRANSIENT_ERRORS, KafkaConnectError
-from airflow_kerr.hooks.connect_status import ConnectorTarget, describe
+from airflow_kerr.hooks.connect_status import ConnectorTarget, check_poll
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
-from airflow_kerr.triggers.base import KwargsTrigger
+from airflow_kerr.triggers.base import KwargsTrigger, deadline_and_backstop
 
 
 class ConnectorStateTrigger(KwargsTrigger):
@@ -47,6 +48,24 @@ class ConnectorStateTrigger(KwargsTrigger):
         self.poll_interval = poll_interval
         self.kafka_connect_conn_id = kafka_connect_conn_id
 
+    @classmethod
+    def deferral(
+        cls,
+        targets: dict[str, ConnectorTarget],
+        timeout_s: float,
+        poll_interval: float,
+        kafka_connect_conn_id: str,
+    ) -> tuple[ConnectorStateTrigger, timedelta]:
+        """The trigger a task defers to and the backstop ``defer(timeout=...)``, for a wait of ``timeout_s``."""
+        deadline, backstop = deadline_and_backstop(timeout_s, poll_interval)
+        trigger = cls(
+            targets={name: target.to_dict() for name, target in targets.items()},
+            deadline=deadline,
+            poll_interval=poll_interval,
+            kafka_connect_conn_id=kafka_connect_conn_id,
+        )
+        return trigger, backstop
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         targets = {name: ConnectorTarget.from_dict(data) for name, data in self.targets.items()}
         hook = KafkaConnectHook(self.kafka_connect_conn_id)
@@ -55,21 +74,23 @@ class ConnectorStateTrigger(KwargsTrigger):
             while True:
                 pending: dict[str, str] = {}
                 for name, target in targets.items():
+                    reading: dict[str, Any] | KafkaConnectError
                     try:
-                        statuses[name] = await hook.aget_status(name)
+                        reading = await hook.aget_status(name)
                     except TRANSIENT_ERRORS as exc:
                         # The worker may be restarting or rebalancing: keep polling until the deadline.
-                        pending[name] = f"status unavailable: {exc}"
-                        continue
+                        reading = exc
                     except KafkaConnectError as exc:
                         yield TriggerEvent({"status": "error", "message": str(exc), "statuses": statuses})
                         return
-                    verdict = target.evaluate(statuses[name])
-                    if verdict.fatal:
-                        yield TriggerEvent({"status": "error", "message": verdict.fatal, "statuses": statuses})
+                    poll = check_poll(target, reading)
+                    if poll.status is not None:
+                        statuses[name] = poll.status
+                    if poll.fatal:
+                        yield TriggerEvent({"status": "error", "message": poll.fatal, "statuses": statuses})
                         return
-                    if not verdict.reached:
-                        pending[name] = f"{describe(statuses[name])} (waiting: {', '.join(verdict.waiting_on)})"
+                    if poll.waiting:
+                        pending[name] = poll.waiting
                 if not pending:
                     yield TriggerEvent({"status": "success", "statuses": statuses})
                     return

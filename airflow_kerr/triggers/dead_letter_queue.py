@@ -20,7 +20,10 @@ from airflow_kerr.triggers.base import KwargsTrigger
 
 
 class DeadLetterQueueTrigger(KwargsTrigger):
-    """Fire ``tripped`` once ``topic`` holds ``min_records`` more than ``baseline`` (partition -> offset)."""
+    """Fire ``tripped`` once ``topic`` holds ``min_records`` more than ``baseline`` (partition -> offset).
+
+    With ``deadline`` (Unix time) it fires ``timeout`` with the count reached once the deadline passes.
+    """
 
     fields = ("topic", "baseline", "min_records", "sample_size", "poll_interval", "kafka_config_id", "deadline")
 
@@ -58,11 +61,12 @@ class DeadLetterQueueTrigger(KwargsTrigger):
                     sample = await asyncio.to_thread(newest_dead_letters, config, self.topic, growth, self.sample_size)
                     yield TriggerEvent({"status": "tripped", "result": dead_letter_result(self.topic, growth, sample)})
                     return
-                if self.deadline is not None and time.time() >= self.deadline:
+                remaining = None if self.deadline is None else self.deadline - time.time()
+                if remaining is not None and remaining <= 0:
                     yield TriggerEvent({"status": "timeout", "count": growth.count})
                     return
                 self.log.info("%s gained %d of %d records", self.topic, growth.count, self.min_records)
-                await asyncio.sleep(self.poll_interval)
+                await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
         finally:
             await asyncio.to_thread(consumer.close)
 

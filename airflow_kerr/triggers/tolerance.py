@@ -20,7 +20,10 @@ from airflow_kerr.triggers.base import KwargsTrigger
 
 
 class ToleranceTrigger(KwargsTrigger):
-    """Poll a :class:`ToleranceWatch` built from ``watch`` (its plain settings) until its condition holds."""
+    """Poll a :class:`ToleranceWatch` built from ``watch`` (its plain settings) until its condition holds.
+
+    With ``deadline`` (Unix time) it fires ``timeout`` with the last reading once the deadline passes.
+    """
 
     fields = ("watch", "poll_interval", "kafka_config_id", "deadline")
 
@@ -49,8 +52,9 @@ class ToleranceTrigger(KwargsTrigger):
             if holds and reading is not None:
                 yield TriggerEvent({"status": watch.wait_for, "reading": reading.as_dict()})
                 return
-            if self.deadline is not None and time.time() >= self.deadline:
+            remaining = None if self.deadline is None else self.deadline - time.time()
+            if remaining is not None and remaining <= 0:
                 yield TriggerEvent({"status": "timeout", "reading": reading.as_dict() if reading else None})
                 return
             self.log.info("waiting for %s: %s", watch.wait_for, watch.describe(reading))
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))

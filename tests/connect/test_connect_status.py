@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from airflow_kerr.hooks.connect_status import ConnectorTarget, describe, failed_instances, first_line
+from airflow_kerr.hooks.connect_errors import ConnectorNotFound, ConnectServerError, ConnectUnreachable
+from airflow_kerr.hooks.connect_status import ConnectorTarget, check_poll, describe, failed_instances, first_line
 
 
 def status(connector: str, *tasks: str, **extra: Any) -> dict[str, Any]:
@@ -45,6 +46,38 @@ def test_a_failed_connector_is_awaited_reported_or_fatal() -> None:
     fatal = ConnectorTarget("RUNNING", failed_connector="fail", hint="Restart it.").evaluate(body)
     assert not fatal.reached
     assert fatal.fatal == "connector orders-sink is FAILED and cannot become RUNNING this way. Restart it."
+
+
+def test_failed_tasks_can_be_fatal_like_the_connector() -> None:
+    body = status("RUNNING", "RUNNING", "FAILED", "FAILED")
+    fatal = ConnectorTarget("RUNNING", failed_tasks="fail", hint="Restart it.").evaluate(body)
+    assert not fatal.reached
+    assert (
+        fatal.fatal
+        == "task 1 of orders-sink, task 2 of orders-sink are FAILED and cannot become RUNNING this way. Restart it."
+    )
+    both = ConnectorTarget("RUNNING", failed_tasks="fail", failed_connector="fail").evaluate(status("FAILED", "FAILED"))
+    assert both.fatal == "connector orders-sink, task 0 of orders-sink are FAILED and cannot become RUNNING this way."
+    assert ConnectorTarget("FAILED", failed_tasks="fail").evaluate(status("FAILED", "FAILED")).reached
+
+
+def test_a_poll_is_done_waiting_or_fatal_and_waits_through_transient_errors() -> None:
+    target = ConnectorTarget("PAUSED", failed_connector="fail")
+    done = check_poll(target, status("PAUSED", "PAUSED"))
+    assert done.done and done.status == status("PAUSED", "PAUSED")
+    waiting = check_poll(target, status("RUNNING", "PAUSED"))
+    assert waiting.waiting == "connector RUNNING; tasks 0=PAUSED (waiting: connector is RUNNING)"
+    assert check_poll(target, status("FAILED", "PAUSED")).fatal is not None
+    for error in (
+        ConnectServerError("GET", "http://w/connectors/c/status", "Request timed out", http_status=500),
+        ConnectUnreachable("GET", "http://w/connectors/c/status", "could not connect: refused"),
+    ):
+        poll = check_poll(target, error)
+        assert not poll.done and poll.status is None and poll.fatal is None
+        assert poll.waiting == f"status unavailable: {error}"
+    gone = ConnectorNotFound("GET", "http://w/connectors/c/status", "No status found", http_status=404)
+    with pytest.raises(ConnectorNotFound):
+        check_poll(target, gone)
 
 
 def test_stopped_means_no_tasks() -> None:

@@ -357,3 +357,15 @@ def test_sensor_times_out(connect_conn: str, sink: Sink, context: dict[str, Any]
     )
     with pytest.raises(AirflowSensorTimeout, match=f"{name} did not read PAUSED within 0.4 s"):
         run_deferred(deferred, context)
+
+
+def test_sensor_waits_through_an_unreachable_worker_like_the_operator_and_trigger(
+    monkeypatch: pytest.MonkeyPatch, context: dict[str, Any]
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_KC_GONE", "kafka-connect://127.0.0.1:9")
+    sensor = ConnectorStateSensor(
+        task_id="s", connector="orders", kafka_connect_conn_id="kc_gone", poke_interval=0.1, timeout=0.4
+    )
+    assert sensor.poke(context) is False, "a transient error is waited through, not raised"
+    with pytest.raises(AirflowSensorTimeout):
+        sensor.execute(context)

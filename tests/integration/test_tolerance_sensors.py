@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
 from confluent_kafka import Producer
 
 from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
@@ -153,6 +154,39 @@ def test_dlq_trigger_fires_without_blocking_the_event_loop(
     event, ticks = asyncio.run(scenario())
     assert event["status"] == "tripped" and event["result"]["count"] == 2
     assert ticks >= 15, "the event loop was blocked while the trigger polled"
+
+
+def test_deferred_sensors_time_out_on_their_triggers_deadline_with_an_explanation(
+    create_topic: Callable[..., str], unique_topic: str, kafka_connection: str
+) -> None:
+    dlq = DeadLetterQueueSensor(
+        task_id="dlq",
+        topic=create_topic(f"{unique_topic}.dlq"),
+        min_records=5,
+        deferrable=True,
+        timeout=0.5,
+        poke_interval=0.1,
+    )
+    breach = ToleranceSensor(
+        task_id="breach",
+        pipeline="orders",
+        metrics_topic=create_topic(f"{unique_topic}.metrics"),
+        max_errors=0,
+        deferrable=True,
+        timeout=0.5,
+        poke_interval=0.1,
+    )
+    for sensor, message in ((dlq, "gained only 0 of 5 records"), (breach, "no breach within the timeout")):
+        with pytest.raises(TaskDeferred) as deferred:
+            sensor.execute({})
+        classpath, kwargs = deferred.value.trigger.serialize()
+        assert kwargs["deadline"] is not None
+        assert deferred.value.timeout is not None and deferred.value.timeout.total_seconds() > 60, "only a backstop"
+        module, _, name = classpath.rpartition(".")
+        event = asyncio.run(_first_event(getattr(importlib.import_module(module), name)(**kwargs), 30))
+        assert event["status"] == "timeout"
+        with pytest.raises(AirflowSensorTimeout, match=message):
+            sensor.execute_complete({}, event)
 
 
 @pytest.fixture
