@@ -1,7 +1,7 @@
 """Tolerance guard costs: breach-to-paused latency, and 100 DLQ-sensor triggers in one event loop.
 
 A. Latency. The guard (``tolerance_guard``, metrics-free DLQ mode, ``max_errors=10``)
-   watches a sink connector on the Kafka Connect stand-in. Each trial writes 50 DLQ
+   watches a sink connector on a real Kafka Connect worker. Each trial writes 50 DLQ
    records; latency runs from the first DLQ record's timestamp to ``/status``
    showing PAUSED. Several poke intervals.
 B. Cost of waiting. 100 ``DeadLetterQueueTrigger`` instances (poll interval
@@ -83,7 +83,7 @@ def latency_trials(bootstrap: str, connect: Any, dags: Path, intervals: list[flo
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from airflow_kerr.local.connect import SINK_CONNECTOR_CLASS
+    from airflow_kerr.local.connect_worker import connector_config
 
     config = {"bootstrap.servers": bootstrap}
     admin = AdminClient(config)
@@ -93,9 +93,7 @@ def latency_trials(bootstrap: str, connect: Any, dags: Path, intervals: list[flo
             name = f"lat-{str(interval).replace('.', '_')}-{trial}-{int(time.time())}"
             for topic in (name, f"{name}.dlq"):
                 admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-            connect.add_connector(
-                name, {"connector.class": SINK_CONNECTOR_CLASS, "topics": name, "file": f"{name}.jsonl"}
-            )
+            connect.add_connector(name, connector_config(name, f"{name}.jsonl"))
             group = f"connect-{name}"
             dag_id = name.replace("-", "_")
             dag_file = dags / f"{dag_id}.py"
@@ -182,11 +180,11 @@ def main() -> int:
     sys.path.insert(0, str(HERE))
 
     from airflow_kerr.local.broker import LocalBroker
-    from airflow_kerr.local.connect import ConnectStandIn
+    from airflow_kerr.local.connect_worker import ConnectWorker
 
     workdir = Path(tempfile.mkdtemp(prefix="kerr-guard-bench-"))
     with LocalBroker() as broker:
-        connect = ConnectStandIn(broker.bootstrap_servers, workdir / "connect", transition_delay_s=0.2).start()
+        connect = ConnectWorker(broker.bootstrap_servers, workdir / "connect").start()
         try:
             dags = configure_airflow(workdir / "airflow", broker.bootstrap_servers, (connect.host, connect.port))
             print("A. breach-to-paused latency", flush=True)
@@ -197,7 +195,7 @@ def main() -> int:
                 f"  {cost['cpu_seconds_per_minute']:.2f} CPU s/min, requests/min {cost['broker_requests_per_minute']}"
             )
         finally:
-            connect.stop(close_timeout_s=0.5)
+            connect.stop()
     write_results(latency, cost)
     return 0
 

@@ -40,7 +40,9 @@ class ConnectorTarget:
 
     ``task_ids`` limits the check to those tasks (a task restart); a STOPPED
     target is met only when the connector lists no tasks, since tasks are never
-    STOPPED. FAILED instances follow ``failed_connector`` / ``failed_tasks``.
+    STOPPED, and any other target only once tasks are listed: a connector resumed
+    from STOPPED reads RUNNING with no tasks until it has started them again.
+    FAILED instances follow ``failed_connector`` / ``failed_tasks``.
     """
 
     state: str
@@ -97,6 +99,8 @@ class ConnectorTarget:
         waiting: list[str] = []
         given_up: list[Any] = []
         listed = {int(task.get("id", -1)) for task in tasks}
+        if not tasks and self.state != "STOPPED":
+            waiting.append("no tasks listed yet")
         if self.task_ids is not None:
             tasks = [task for task in tasks if int(task.get("id", -1)) in self.task_ids]
             waiting.extend(f"task {task_id} is not listed" for task_id in self.task_ids if task_id not in listed)

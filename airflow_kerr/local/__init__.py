@@ -1,1 +1,1 @@
-"""The embedded development stack: broker launcher, Kafka Connect stand-in, local Airflow UI, the kerr CLI."""
+"""The embedded development stack: broker launcher, real Kafka Connect launcher, local Airflow UI, the kerr CLI."""

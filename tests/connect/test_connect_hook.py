@@ -1,4 +1,4 @@
-"""KafkaConnectHook against the stand-in over real HTTP: every endpoint, every error path, sync and async."""
+"""KafkaConnectHook against real Kafka Connect, through the fault proxy: endpoints, error paths, sync and async."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from airflow_kerr.hooks.connect_errors import (
     RebalanceInProgress,
 )
 from airflow_kerr.hooks.kafka_connect import ClientSettings, KafkaConnectHook
-from airflow_kerr.local.connect import ConnectStandIn
+from airflow_kerr.local.connect_worker import connector_config
 
 # A stall shows up as a failure with every thread's stack, not as a slow run.
 pytestmark = pytest.mark.timeout(90)
@@ -116,10 +116,10 @@ def test_ui_field_behaviour_matches_the_provider_info() -> None:
 # requests ----------------------------------------------------------------------------------------
 
 
-def test_connection_test_calls_root(hook: KafkaConnectHook, connect: ConnectStandIn) -> None:
+def test_connection_test_calls_root(hook: KafkaConnectHook, connect: Any) -> None:
     ok, message = hook.test_connection()
     assert ok, message
-    assert "kerr-standin" in message
+    assert message.startswith("Connected to Kafka Connect 3.9.0 (commit ")
     assert connect.requests[-1].method == "GET" and connect.requests[-1].path == "/"
 
 
@@ -133,8 +133,9 @@ def test_connection_test_reports_a_refused_connection_with_its_url(monkeypatch: 
 
 def test_every_endpoint(
     hook: KafkaConnectHook,
-    connect: ConnectStandIn,
+    connect: Any,
     sink: Callable[..., tuple[str, str]],
+    produce: Callable[..., None],
     wait_until: Callable[..., Any],
 ) -> None:
     name, topic = sink(tasks=2, partitions=2)
@@ -158,6 +159,7 @@ def test_every_endpoint(
     assert plan is not None and [t["state"] for t in plan["tasks"]] == ["RESTARTING", "RESTARTING"]
     wait_until(lambda: states(connect.status(name)) == ("RUNNING", ["RUNNING", "RUNNING"]))
     connect.fail_task(name, 1)
+    connect.set_tolerance(name, "all")  # the fix, so the restarted task reads past the malformed record
     plan = hook.restart(name, include_tasks=True, only_failed=True)
     assert plan is not None and [t["state"] for t in plan["tasks"]] == ["RUNNING", "RESTARTING"]
     wait_until(lambda: states(connect.status(name)) == ("RUNNING", ["RUNNING", "RUNNING"]))
@@ -165,9 +167,18 @@ def test_every_endpoint(
     assert hook.restart_task(name, 0) is None
     assert states(connect.status(name))[1][0] == "RUNNING"
 
+    produce(topic, ["good-0"], partition=0)
+    produce(topic, ["good-1"], partition=1)
+    wait_until(lambda: sorted(connect.output_lines(name)) == ["good-0", "good-1"])
+    time.sleep(1.5)  # the worker commits sink offsets every second
     assert hook.stop(name) is None
     wait_until(lambda: states(connect.status(name)) == ("STOPPED", []))
-    assert hook.get_offsets(name) == {"offsets": []}
+    offsets = hook.get_offsets(name)["offsets"]
+    assert sorted((o["partition"]["kafka_partition"], o["offset"]["kafka_offset"]) for o in offsets) == [
+        (0, 2),
+        (1, 2),
+    ], "each partition committed past its malformed record and its good one"
+    assert {o["partition"]["kafka_topic"] for o in offsets} == {topic}
     hook.put_config(name, {**hook.get_config(name), "tasks.max": "1"})
     hook.delete_connector(name)
     assert hook.list_connectors() == []
@@ -178,11 +189,10 @@ def test_every_endpoint(
     assert ("POST", f"/connectors/{name}/restart", "includeTasks=true&onlyFailed=true") in queries
 
 
-def test_names_are_percent_encoded(
-    hook: KafkaConnectHook, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
-) -> None:
+def test_names_are_percent_encoded(hook: KafkaConnectHook, connect: Any, sink: Callable[..., tuple[str, str]]) -> None:
     _, topic = sink()
-    hook.put_config("orders sink/v2", {"connector.class": "JsonLinesSinkConnector", "topics": topic, "file": "o"})
+    connect.created.append("orders sink/v2")
+    hook.put_config("orders sink/v2", connector_config(topic, "o.txt"))
     assert "orders sink/v2" in hook.list_connectors()
     assert connect.requests[-2].path == "/connectors/orders%20sink%2Fv2/config"
 
@@ -208,7 +218,7 @@ def test_bad_request(hook: KafkaConnectHook, sink: Callable[..., tuple[str, str]
 
 
 def test_a_short_rebalance_is_retried_with_backoff(
-    hook: KafkaConnectHook, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
+    hook: KafkaConnectHook, connect: Any, sink: Callable[..., tuple[str, str]]
 ) -> None:
     name, _ = sink()
     connect.inject_rebalance(0.6)
@@ -220,7 +230,7 @@ def test_a_short_rebalance_is_retried_with_backoff(
 
 
 def test_a_rebalance_longer_than_the_budget_raises(
-    connect_conn: str, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
+    connect_conn: str, connect: Any, sink: Callable[..., tuple[str, str]]
 ) -> None:
     name, _ = sink()
     connect.inject_rebalance(30)
@@ -235,7 +245,7 @@ def test_a_conflict_that_is_no_rebalance_is_not_retried(
     hook: KafkaConnectHook, sink: Callable[..., tuple[str, str]]
 ) -> None:
     name, topic = sink()
-    body = {"name": name, "config": {"connector.class": "JsonLinesSinkConnector", "topics": topic, "file": "f"}}
+    body = {"name": name, "config": connector_config(topic, "f.txt")}
     started = time.monotonic()
     with pytest.raises(RebalanceInProgress, match=f"Connector {name} already exists"):
         hook.request("POST", "/connectors", json=body, retry_conflicts=False)
@@ -243,7 +253,7 @@ def test_a_conflict_that_is_no_rebalance_is_not_retried(
 
 
 def test_request_timed_out_is_a_server_error(
-    hook: KafkaConnectHook, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
+    hook: KafkaConnectHook, connect: Any, sink: Callable[..., tuple[str, str]]
 ) -> None:
     name, _ = sink()
     connect.inject_request_timeout(10)
@@ -254,7 +264,7 @@ def test_request_timed_out_is_a_server_error(
 
 
 def test_a_client_side_timeout_names_the_url(
-    monkeypatch: pytest.MonkeyPatch, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]
+    monkeypatch: pytest.MonkeyPatch, connect: Any, sink: Callable[..., tuple[str, str]]
 ) -> None:
     name, _ = sink()
     conn_id = set_connection(monkeypatch, "kc_impatient", host="127.0.0.1", port=connect.port, extra={"timeout": 0.3})
@@ -273,7 +283,7 @@ def test_refused_connection_names_the_url(monkeypatch: pytest.MonkeyPatch) -> No
     assert str(raised.value).startswith(f"GET http://127.0.0.1:{port}/connectors/orders/status failed")
 
 
-def test_basic_auth_and_headers_are_sent(monkeypatch: pytest.MonkeyPatch, connect: ConnectStandIn) -> None:
+def test_basic_auth_and_headers_are_sent(monkeypatch: pytest.MonkeyPatch, connect: Any) -> None:
     conn_id = set_connection(
         monkeypatch,
         "kc_auth",
@@ -293,13 +303,14 @@ def test_basic_auth_and_headers_are_sent(monkeypatch: pytest.MonkeyPatch, connec
 
 
 @pytest.fixture
-def tls_connect(kafka_bootstrap: str, tmp_path: Path, tls: Any) -> Iterator[ConnectStandIn]:
-    standin = ConnectStandIn(kafka_bootstrap, tmp_path, transition_delay_s=0.2, ssl_context=tls.server_context)
-    with standin:
-        yield standin
+def tls_connect(connect: Any, tls: Any) -> Iterator[Any]:
+    """HTTPS in front of the real worker: the fault proxy terminates TLS with a throwaway CA's certificate."""
+    proxy = type(connect.proxy)(connect.worker.url, ssl_context=tls.server_context)
+    yield proxy
+    proxy.close()
 
 
-def test_https_with_a_ca_bundle(monkeypatch: pytest.MonkeyPatch, tls_connect: ConnectStandIn, tls: Any) -> None:
+def test_https_with_a_ca_bundle(monkeypatch: pytest.MonkeyPatch, tls_connect: Any, tls: Any) -> None:
     conn_id = set_connection(
         monkeypatch,
         "kc_tls",
@@ -308,12 +319,10 @@ def test_https_with_a_ca_bundle(monkeypatch: pytest.MonkeyPatch, tls_connect: Co
         schema="https",
         extra={"verify": str(tls.ca_file)},
     )
-    assert KafkaConnectHook(conn_id).list_connectors() == []
+    assert isinstance(KafkaConnectHook(conn_id).list_connectors(), list)
 
 
-def test_https_without_the_ca_fails_naming_the_url(
-    monkeypatch: pytest.MonkeyPatch, tls_connect: ConnectStandIn
-) -> None:
+def test_https_without_the_ca_fails_naming_the_url(monkeypatch: pytest.MonkeyPatch, tls_connect: Any) -> None:
     conn_id = set_connection(monkeypatch, "kc_tls_default", host="127.0.0.1", port=tls_connect.port, schema="https")
     with pytest.raises(ConnectUnreachable, match="CERTIFICATE_VERIFY_FAILED") as raised:
         KafkaConnectHook(conn_id).list_connectors()
@@ -321,10 +330,10 @@ def test_https_without_the_ca_fails_naming_the_url(
     conn_id = set_connection(
         monkeypatch, "kc_tls_off", host="127.0.0.1", port=tls_connect.port, schema="https", extra={"verify": False}
     )
-    assert KafkaConnectHook(conn_id).list_connectors() == []
+    assert isinstance(KafkaConnectHook(conn_id).list_connectors(), list)
 
 
-def test_https_to_a_plain_http_worker_names_the_url(monkeypatch: pytest.MonkeyPatch, connect: ConnectStandIn) -> None:
+def test_https_to_a_plain_http_worker_names_the_url(monkeypatch: pytest.MonkeyPatch, connect: Any) -> None:
     conn_id = set_connection(monkeypatch, "kc_wrong_scheme", host="127.0.0.1", port=connect.port, schema="https")
     with pytest.raises(ConnectUnreachable) as raised:
         KafkaConnectHook(conn_id).list_connectors()
@@ -334,7 +343,7 @@ def test_https_to_a_plain_http_worker_names_the_url(monkeypatch: pytest.MonkeyPa
 # async -------------------------------------------------------------------------------------------
 
 
-async def test_async_client(connect_conn: str, connect: ConnectStandIn, sink: Callable[..., tuple[str, str]]) -> None:
+async def test_async_client(connect_conn: str, connect: Any, sink: Callable[..., tuple[str, str]]) -> None:
     name, _ = sink()
     hook = KafkaConnectHook(connect_conn, rebalance_retry_budget_s=5)
     try:

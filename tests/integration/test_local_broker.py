@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,14 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from airflow_kerr.local.broker import BrokerUnavailable, LocalBroker, broker_binary, resolve_bootstrap_servers
+from airflow_kerr.local.broker import (
+    BrokerUnavailable,
+    LocalBroker,
+    broker_binary,
+    free_port,
+    port_free,
+    resolve_bootstrap_servers,
+)
 
 
 def _alive(pid: int) -> bool:
@@ -114,6 +122,98 @@ def test_port_in_use_is_reported(tmp_path: Path) -> None:
     assert Path(broker_binary()).exists()
 
 
+#: ``/proc/net/tcp`` state codes of the sockets a server leaves behind when it closes its connections first.
+_CLOSING_STATES = {"06": "TIME_WAIT", "05": "FIN_WAIT2", "04": "FIN_WAIT1"}
+
+
+def local_socket_states(port: int) -> list[str]:
+    """The states of this host's IPv4 TCP sockets whose local port is ``port`` (``/proc/net/tcp``)."""
+    states = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if int(local.rsplit(":", 1)[1], 16) == port:
+            states.append(_CLOSING_STATES.get(state, state))
+    return states
+
+
+@pytest.mark.parametrize("client_closes", [True, False])
+def test_a_port_whose_server_stopped_is_free_at_once(client_closes: bool) -> None:
+    """A server that closed its connections first leaves them in TIME_WAIT (or FIN_WAIT2 while the client
+    has not closed) on its port for about a minute; only a listener makes a port taken, so it is free."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = int(server.getsockname()[1])
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        for _ in clients:
+            accepted, _ = server.accept()
+            accepted.close()
+    try:
+        if client_closes:
+            for client in clients:
+                client.recv(1)
+                client.close()
+        time.sleep(0.1)
+        left = local_socket_states(port)
+        assert left and set(left) <= {"TIME_WAIT", "FIN_WAIT2"}, f"the server left no closing sockets: {left}"
+
+        assert port_free(port), f"sockets in {sorted(set(left))} only, no listener, yet the port counts as taken"
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _connected_clients(bootstrap_servers: str) -> tuple[AdminClient, list[socket.socket]]:
+    """A librdkafka client that has talked to the broker, and raw connections, all left open."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+    assert admin.list_topics(timeout=10).brokers
+    host, _, port = bootstrap_servers.rpartition(":")
+    return admin, [socket.create_connection((host, int(port))) for _ in range(3)]
+
+
+def test_a_broker_restarts_on_its_port_right_after_a_stop_with_clients_connected() -> None:
+    """Stopping a broker with clients connected leaves its side of each connection in TIME_WAIT (or FIN_WAIT2)
+    on its port for about a minute; a new broker must take that port at once, a live one must still refuse it."""
+    first = LocalBroker().start()
+    port = first.port
+    admin, sockets = _connected_clients(first.bootstrap_servers)
+    first.stop()
+    for sock in sockets:
+        sock.close()
+    time.sleep(0.2)
+    left = local_socket_states(port)
+    assert {"TIME_WAIT", "FIN_WAIT2"} & set(left), f"the stopped broker left no closing sockets: {left}"
+
+    with LocalBroker(port=port, start_timeout_s=30) as second:
+        assert admin.list_topics(timeout=10).brokers, "the client did not reach the restarted broker"
+        with pytest.raises(BrokerUnavailable, match=f"port {port} on 127.0.0.1 is already in use"):
+            LocalBroker(port=port, start_timeout_s=5).start()
+        assert second.process is not None and second.process.poll() is None
+
+
+def test_kerr_local_up_right_after_down_on_the_same_port(tmp_path: Path) -> None:
+    """``kerr local up --port P`` right after ``down``, while a client (an Airflow triggerer, say) was connected."""
+    env = {**os.environ, "KERR_HOME": str(tmp_path / "state")}
+    port = free_port()
+
+    def run(*action: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "airflow_kerr.local.cli", "local", *action]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=90, check=False)
+
+    try:
+        assert run("up", "--port", str(port)).returncode == 0
+        admin, sockets = _connected_clients(f"127.0.0.1:{port}")
+        assert run("down").returncode == 0
+        for sock in sockets:
+            sock.close()
+        assert {"TIME_WAIT", "FIN_WAIT2"} & set(local_socket_states(port))
+
+        again = run("up", "--port", str(port))
+        assert again.returncode == 0, again.stderr
+        assert f"broker started at 127.0.0.1:{port}" in again.stdout
+        assert admin.list_topics(timeout=10).brokers
+    finally:
+        run("down")
+
+
 def test_kerr_cli_up_status_down(tmp_path: Path) -> None:
     env = {**os.environ, "KERR_HOME": str(tmp_path / "state")}
     kerr = [sys.executable, "-m", "airflow_kerr.local.cli", "local"]
@@ -125,7 +225,7 @@ def test_kerr_cli_up_status_down(tmp_path: Path) -> None:
     started = run("up")
     assert started.returncode == 0, started.stderr
     assert "broker started at 127.0.0.1:" in started.stdout
-    assert "Kafka Connect stand-in (development and tests only) started at http://127.0.0.1:" in started.stdout
+    assert "Kafka Connect 3.9.0 started at http://127.0.0.1:" in started.stdout
     state = json.loads((tmp_path / "state" / "local.json").read_text())
     printed = dict(
         line.strip().split("=", 1) for line in started.stdout.splitlines() if line.strip().startswith("AIRFLOW_CONN_")
@@ -142,9 +242,29 @@ def test_kerr_cli_up_status_down(tmp_path: Path) -> None:
         with urllib.request.urlopen(state["connect"]["url"] + "/connectors", timeout=10) as response:
             assert json.loads(response.read()) == []
         again = run("up").stdout
-        assert "broker already running" in again and "stand-in already running" in again
+        assert "broker already running" in again and "Kafka Connect already running" in again
     finally:
         stopped = run("down")
     assert "stopped broker" in stopped.stdout and "stopped connect" in stopped.stdout
     assert run("status").returncode == 1
-    assert _wait_dead(state["broker"]["pid"]) and _wait_dead(state["connect"]["pid"])
+    assert _wait_dead(state["broker"]["pid"]) and _wait_dead(state["connect"]["pid"]), "no JVM or broker left behind"
+
+
+def test_kerr_cli_uses_an_external_connect_named_by_kafka_connect_url(tmp_path: Path) -> None:
+    """``KAFKA_CONNECT_URL`` points the stack at an existing Connect: no worker is started, the connection names it."""
+    env = {**os.environ, "KERR_HOME": str(tmp_path / "state"), "KAFKA_CONNECT_URL": "http://connect.example:18083"}
+    kerr = [sys.executable, "-m", "airflow_kerr.local.cli", "local"]
+    started = subprocess.run([*kerr, "up"], capture_output=True, text=True, env=env, timeout=60, check=False)
+    try:
+        assert started.returncode == 0, started.stderr
+        assert "Kafka Connect: using http://connect.example:18083 (KAFKA_CONNECT_URL)" in started.stdout
+        printed = dict(
+            line.strip().split("=", 1)
+            for line in started.stdout.splitlines()
+            if line.strip().startswith("AIRFLOW_CONN_")
+        )
+        connection = json.loads(printed["AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT"].strip("'"))
+        assert (connection["host"], connection["port"]) == ("connect.example", 18083)
+        assert "connect" not in json.loads((tmp_path / "state" / "local.json").read_text())
+    finally:
+        subprocess.run([*kerr, "down"], capture_output=True, text=True, env=env, timeout=60, check=False)

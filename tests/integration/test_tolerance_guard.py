@@ -1,4 +1,4 @@
-"""The closed loop: a breach in the real job's metrics pauses a connector on the Connect stand-in, alerts,
+"""The closed loop: a breach in the real job's metrics pauses a real Kafka Connect sink, alerts,
 and resumes it after recovery."""
 
 from __future__ import annotations
@@ -7,14 +7,15 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from airflow_kerr.examples.orders import generate_orders
-from airflow_kerr.local.connect import SINK_CONNECTOR_CLASS, ConnectStandIn
+from airflow_kerr.local.connect_worker import ConnectWorker, connector_config
 from airflow_kerr.spark.job import run_job
 from airflow_kerr.spark.spec import PipelineSpec
 
@@ -22,15 +23,44 @@ pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 POKE_INTERVAL_S = 3.0
 
 
+@dataclass
+class Sink:
+    """One FileStreamSink on the session's real Connect worker, deleted after the test."""
+
+    worker: ConnectWorker
+    name: str
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = httpx.get(f"{self.worker.url}/connectors/{self.name}/status", timeout=30).json()
+        return result
+
+    def state(self) -> str:
+        return str(self.status().get("connector", {}).get("state"))
+
+
 @pytest.fixture
-def connect(kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConnectStandIn]:
-    standin = ConnectStandIn(kafka_bootstrap, tmp_path / "connect", transition_delay_s=0.2).start()
+def connect(connect_worker: ConnectWorker, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConnectWorker]:
+    """The session's real Connect worker as ``kafka_connect_default``."""
     monkeypatch.setenv(
         "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT",
-        json.dumps({"conn_type": "kafka_connect", "host": standin.host, "port": standin.port, "schema": "http"}),
+        json.dumps(
+            {"conn_type": "kafka_connect", "host": connect_worker.host, "port": connect_worker.port, "schema": "http"}
+        ),
     )
-    yield standin
-    standin.stop(close_timeout_s=0.5)
+    yield connect_worker
+
+
+def add_sink(worker: ConnectWorker, name: str, topic: str) -> Sink:
+    response = httpx.post(
+        f"{worker.url}/connectors", json={"name": name, "config": connector_config(topic, f"{name}.txt")}, timeout=30
+    )
+    assert response.status_code == 201, response.text
+    sink = Sink(worker, name)
+    deadline = time.monotonic() + 30
+    while [t.get("state") for t in sink.status().get("tasks", [])] != ["RUNNING"]:
+        assert time.monotonic() < deadline, f"{name} did not start: {sink.status()}"
+        time.sleep(0.1)
+    return sink
 
 
 @pytest.fixture
@@ -82,7 +112,7 @@ def test_breach_pauses_alerts_and_recovery_resumes(
     kafka_config: dict[str, Any],
     create_topic: Callable[..., str],
     unique_topic: str,
-    connect: ConnectStandIn,
+    connect: ConnectWorker,
     webhook: tuple[str, list[Any]],
     run_dag: Callable[..., dict[str, str | None]],
     monkeypatch: pytest.MonkeyPatch,
@@ -92,9 +122,7 @@ def test_breach_pauses_alerts_and_recovery_resumes(
     topic = create_topic(unique_topic, partitions=2)
     for suffix in (".clean", ".dlq", ".metrics"):
         create_topic(topic + suffix)
-    connect.add_connector(
-        "orders-sink", {"connector.class": SINK_CONNECTOR_CLASS, "topics": f"{topic}.clean", "file": "orders.jsonl"}
-    )
+    sink = add_sink(connect, f"orders-sink-{unique_topic[-8:]}", f"{topic}.clean")
     spec = PipelineSpec.from_dict(
         {
             "name": "guarded",
@@ -111,7 +139,7 @@ def test_breach_pauses_alerts_and_recovery_resumes(
     dag = guard_dag(
         write_dag,
         f"guard_{unique_topic[-8:]}",
-        connectors="orders-sink",
+        connectors=sink.name,
         pipeline="guarded",
         metrics_topic=f"{topic}.metrics",
         dlq_topic=f"{topic}.dlq",
@@ -133,7 +161,7 @@ def test_breach_pauses_alerts_and_recovery_resumes(
             run_job(spark, spec, run_id="poisoned")
             timeline["breach"] = time.time()
             deadline = time.time() + 120
-            while connect.status("orders-sink")["connector"]["state"] != "PAUSED":
+            while sink.state() != "PAUSED":
                 assert time.time() < deadline, "the guard never paused the connector"
                 time.sleep(0.05)
             timeline["paused"] = time.time()
@@ -152,7 +180,8 @@ def test_breach_pauses_alerts_and_recovery_resumes(
     assert all(state == "success" for state in states.values()), states
     assert timeline["paused"] - timeline["breach"] <= 2 * POKE_INTERVAL_S, timeline
     assert timeline["paused"] < timeline["clean"]
-    assert connect.status("orders-sink")["connector"]["state"] == "RUNNING"
+    assert sink.state() == "RUNNING"
+    httpx.delete(f"{connect.url}/connectors/{sink.name}", timeout=30)
     (alert,) = received
     assert alert["kerr"]["pipeline"] == "guarded"
     # One poisoned order in four; the guard may trip on the first Spark task's metrics

@@ -2,7 +2,7 @@
 
 It drives Debian's chromium (never a browser Playwright downloads) through Playwright
 against the same local Airflow ``make ui`` starts: ``airflow standalone`` with the
-embedded broker and the Kafka Connect stand-in. Screenshots go to
+embedded broker and a real Kafka Connect worker. Screenshots go to
 ``tests/ui/artifacts/`` so a person can see what the test saw.
 """
 

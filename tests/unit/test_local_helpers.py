@@ -15,16 +15,18 @@ from typing import Any
 
 import pytest
 
-from airflow_kerr.local import cli
+from airflow_kerr.local import connect_runtime, connect_worker
 from airflow_kerr.local.broker import (
     BrokerUnavailable,
+    broker_kind,
     connection_variables,
     free_port,
     port_free,
     stop_process,
     wait_for_metadata,
 )
-from airflow_kerr.local.connect import build_parser as connect_parser
+from airflow_kerr.local.connect_runtime import ConnectRuntimeUnavailable, ensure_connect_runtime
+from airflow_kerr.local.connect_worker import ConnectWorker
 
 
 def _wait_for(path: Path, timeout_s: float = 30.0) -> str:
@@ -35,8 +37,12 @@ def _wait_for(path: Path, timeout_s: float = 30.0) -> str:
     return path.read_text()
 
 
-def test_port_free_sees_a_listening_socket() -> None:
+@pytest.mark.parametrize("option", [None, "SO_REUSEADDR", "SO_REUSEPORT"])
+def test_port_free_sees_a_listening_socket(option: str | None) -> None:
+    """A live listener makes its port taken however it bound, address reuse or not."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        if option:
+            sock.setsockopt(socket.SOL_SOCKET, getattr(socket, option), 1)
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         taken = int(sock.getsockname()[1])
@@ -101,8 +107,8 @@ def test_stop_process_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None
     assert process.returncode == -signal.SIGKILL
 
 
-def test_a_failed_connect_start_reaps_the_stand_in_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stand-in runs but never answers in time: stopping it must not wait out a zombie's pid probe."""
+def test_a_failed_connect_start_reaps_the_worker_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JVM runs but never answers in time: the start fails with the log's tail and reaps the JVM."""
     started: list[subprocess.Popen[bytes]] = []
 
     class Recorded(subprocess.Popen):
@@ -113,14 +119,39 @@ def test_a_failed_connect_start_reaps_the_stand_in_at_once(tmp_path: Path, monke
     def unanswered(*args: Any, **kwargs: Any) -> Any:
         raise OSError("not answering")
 
-    monkeypatch.setattr(cli.subprocess, "Popen", Recorded)
+    monkeypatch.setattr(connect_worker.subprocess, "Popen", Recorded)
     monkeypatch.setattr(urllib.request, "urlopen", unanswered)
     begun = time.monotonic()
-    with pytest.raises(BrokerUnavailable, match="the Kafka Connect stand-in did not start"):
-        cli.start_connect_standin("127.0.0.1:1", tmp_path, timeout_s=1.0)
+    with pytest.raises(ConnectRuntimeUnavailable, match=r"was not ready within 1 s \(not answering\)"):
+        ConnectWorker("127.0.0.1:1", tmp_path, start_timeout_s=1.0).start()
     elapsed = time.monotonic() - begun
-    assert len(started) == 1 and started[0].returncode is not None, "the stand-in was not reaped"
-    assert elapsed < 9, f"stopping the stand-in took {elapsed:.1f} s"
+    assert len(started) == 1 and started[0].returncode is not None, "the JVM was not reaped"
+    assert elapsed < 25, f"stopping the worker took {elapsed:.1f} s"
+
+
+def test_a_missing_java_names_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConnectRuntimeUnavailable, match=r"Java 17.*apt-get install openjdk-17-jre-headless"):
+        ensure_connect_runtime(tmp_path / "runtime")
+
+
+def test_missing_jetty_jars_name_the_debian_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Not root (or no apt-get): the error names the package instead of installing it."""
+    monkeypatch.setattr(connect_runtime, "DEBIAN_JETTY_DIR", tmp_path / "no-jetty")
+    monkeypatch.setattr(connect_runtime.os, "geteuid", lambda: 1000)
+    with pytest.raises(ConnectRuntimeUnavailable, match=r"libjetty9-java.*sudo apt-get install libjetty9-java"):
+        ensure_connect_runtime(tmp_path / "runtime")
+
+
+def test_an_unknown_broker_kind_names_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERR_BROKER", "kafka")
+    with pytest.raises(
+        BrokerUnavailable, match=r"KERR_BROKER='kafka' is not an embedded broker; use one of noida, tansu"
+    ):
+        broker_kind()
+    assert broker_kind("TANSU") == "tansu"
+    monkeypatch.delenv("KERR_BROKER")
+    assert broker_kind() == "noida"
 
 
 def test_wait_for_metadata_notices_a_broker_that_dies_after_opening_its_port(tmp_path: Path) -> None:
@@ -170,23 +201,7 @@ def test_connection_variables_name_all_three_connections() -> None:
     assert "stats_cb" not in connection_variables("b:1", "h", 1)["AIRFLOW_CONN_KAFKA_DEFAULT"]
 
 
-def test_the_connect_stand_in_defaults_follow_kerr_home_and_the_broker_variable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("KERR_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", " kafka-1:9092 ")
-    args = connect_parser().parse_args([])
-    assert args.data_dir == str(tmp_path / "state" / "connect")
-    assert args.bootstrap_servers == "kafka-1:9092"
-    monkeypatch.delenv("KERR_HOME")
-    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", " ")
-    monkeypatch.chdir(tmp_path)
-    args = connect_parser().parse_args([])
-    assert args.data_dir == str(tmp_path / ".kerr" / "connect")
-    assert args.bootstrap_servers is None
-
-
-@pytest.mark.parametrize("module", ["cli", "connect", "broker", "demo"])
+@pytest.mark.parametrize("module", ["cli", "connect_worker", "connect_runtime", "broker", "demo"])
 def test_the_local_modules_import_without_httpx_or_airflow(module: str) -> None:
     """``kerr`` must start fast and work without the UI's dependencies."""
     code = (

@@ -1,0 +1,258 @@
+"""Start and stop a real Apache Kafka Connect worker (distributed mode) beside the embedded broker.
+
+The worker keeps its internal topics on the broker it is given (names derived
+from its group, so several workers can share one broker), serves its REST API
+on a free loopback port, and has Kafka's FileStreamSink/Source connectors on its
+class path. Files a FileStreamSink writes with a relative ``file`` land in the
+worker's directory.
+
+``detach=False`` (tests, the demo) ties the JVM's life to this process: it is
+stopped on ``stop()``, on leaving the ``with`` block, and by the kernel if this
+process dies. ``detach=True`` (``kerr local up``) lets it outlive the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from airflow_kerr.local.broker import free_port, parent_death_signal, stop_process
+from airflow_kerr.local.connect_runtime import ConnectRuntimeUnavailable, ensure_connect_runtime, java_binary
+
+#: Kafka's file sink: writes each record's value, one per line, to the file named by ``file``.
+FILE_SINK_CLASS = "org.apache.kafka.connect.file.FileStreamSinkConnector"
+JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
+STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
+#: Small heap and the serial collector: the embedded worker runs a few file sinks on a 2-core machine.
+JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
+
+_LOG4J = """\
+rootLogger.level=INFO
+rootLogger.appenderRef.stdout.ref=STDOUT
+appender.stdout.type=Console
+appender.stdout.name=STDOUT
+appender.stdout.layout.type=PatternLayout
+appender.stdout.layout.pattern=[%d] %p %m (%c)%n
+logger.kafka.name=org.apache.kafka
+logger.kafka.level=WARN
+logger.connect.name=org.apache.kafka.connect
+logger.connect.level=INFO
+logger.reflections.name=org.reflections
+logger.reflections.level=ERROR
+"""
+
+
+def worker_properties(
+    bootstrap_servers: str, group_id: str, listeners: str, overrides: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """A distributed worker's configuration for a single-node development broker.
+
+    Internal topics are named after the group and have one replica and one
+    partition each; sink offsets are committed every second (Connect's default is
+    60 s) so that consumption shows in the group's offsets while one watches; a
+    leaving worker's tasks are reassigned at once (no scheduled rebalance delay).
+    """
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group_id,
+        "listeners": listeners,
+        "key.converter": STRING_CONVERTER,
+        "value.converter": JSON_CONVERTER,
+        "value.converter.schemas.enable": "false",
+        "config.storage.topic": f"{group_id}-configs",
+        "offset.storage.topic": f"{group_id}-offsets",
+        "status.storage.topic": f"{group_id}-status",
+        "config.storage.replication.factor": "1",
+        "offset.storage.replication.factor": "1",
+        "status.storage.replication.factor": "1",
+        "offset.storage.partitions": "1",
+        "status.storage.partitions": "1",
+        "offset.flush.interval.ms": "1000",
+        "scheduled.rebalance.max.delay.ms": "0",
+        "connector.client.config.override.policy": "All",
+        "plugin.discovery": "service_load",
+        "config.providers": "file",
+        "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
+        **(overrides or {}),
+    }
+
+
+class ConnectWorker:
+    """One Kafka Connect worker JVM on a free loopback port, in distributed mode."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        work_dir: Path,
+        *,
+        port: int | None = None,
+        group_id: str | None = None,
+        overrides: Mapping[str, str] | None = None,
+        detach: bool = False,
+        start_timeout_s: float = 90.0,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.work_dir = Path(work_dir).resolve()
+        self.port = port or free_port()
+        self.group_id = group_id or f"kerr-connect-{uuid.uuid4().hex[:8]}"
+        self.overrides = dict(overrides or {})
+        self.detach = detach
+        self.start_timeout_s = start_timeout_s
+        self.process: subprocess.Popen[bytes] | None = None
+
+    host = "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def log_path(self) -> Path:
+        return self.work_dir / "connect.log"
+
+    def output_file(self, file: str) -> Path:
+        """Where a FileStreamSink configured with ``file`` writes (relative names are under the work dir)."""
+        return self.work_dir / file
+
+    def start(self) -> ConnectWorker:
+        """Start the JVM and return once the worker has joined its group and answers ``GET /health``."""
+        runtime = ensure_connect_runtime()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        properties = worker_properties(self.bootstrap_servers, self.group_id, f"http://{self.host}:{self.port}")
+        properties.update(self.overrides)
+        (self.work_dir / "worker.properties").write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+        (self.work_dir / "log4j2.properties").write_text(_LOG4J)
+        command = [
+            java_binary(),
+            *JVM_OPTIONS,
+            f"-Dlog4j2.configurationFile=file:{self.work_dir / 'log4j2.properties'}",
+            "-cp",
+            f"{runtime}/*",
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            str(self.work_dir / "worker.properties"),
+        ]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                cwd=self.work_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=self.detach,
+                preexec_fn=None if self.detach else parent_death_signal(signal.SIGTERM),
+            )
+        try:
+            self._wait_until_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_until_ready(self) -> None:
+        """Poll ``GET /health`` (KIP-1017: 200 once the worker has joined its group and read its topics)."""
+        deadline = time.monotonic() + self.start_timeout_s
+        problem = "no answer yet"
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise ConnectRuntimeUnavailable(
+                    f"Kafka Connect exited with code {self.process.returncode} while starting; "
+                    f"last lines of {self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except urllib.error.HTTPError as exc:
+                problem = f"/health answered {exc.code}: {exc.read()[:300]!r}"
+            except OSError as exc:
+                problem = str(exc)
+            time.sleep(0.2)
+        raise ConnectRuntimeUnavailable(
+            f"Kafka Connect at {self.url} was not ready within {self.start_timeout_s:.0f} s ({problem}); "
+            f"last lines of {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def rest(self, method: str, path: str, body: object = None) -> object:
+        """One REST call to this worker (urllib: ``local/`` needs neither httpx nor Airflow); JSON in and out."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            f"{self.url}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            payload = response.read()
+        return json.loads(payload) if payload else None
+
+    def add_connector(self, name: str, config: Mapping[str, str], timeout_s: float = 60.0) -> None:
+        """Create a connector and wait until it and its tasks run."""
+        self.rest("POST", "/connectors", {"name": name, "config": dict(config)})
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                status = self.status(name)
+                tasks = [task["state"] for task in status["tasks"]]
+                if status["connector"]["state"] == "RUNNING" and tasks and set(tasks) == {"RUNNING"}:
+                    return
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:  # 404 until the worker has written the first status
+                    raise
+                status = {"status": 404}
+            if time.monotonic() > deadline:
+                raise ConnectRuntimeUnavailable(f"connector {name} did not start within {timeout_s:.0f} s: {status}")
+            time.sleep(0.1)
+
+    def status(self, name: str) -> dict[str, Any]:
+        """``GET /connectors/{name}/status``."""
+        result = self.rest("GET", f"/connectors/{name}/status")
+        assert isinstance(result, dict)
+        return result
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def describe(self) -> dict[str, object]:
+        """What ``kerr local up`` records about this worker."""
+        return {
+            "pid": self.pid,
+            "marker": str(self.work_dir / "worker.properties"),
+            "url": self.url,
+            "port": self.port,
+            "log": str(self.log_path),
+            "group_id": self.group_id,
+        }
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Stop the worker cleanly (it leaves its group), killing it after ``timeout_s``."""
+        if self.process is None:
+            return
+        stop_process(self.process, timeout_s)
+        self.process = None
+
+    def __enter__(self) -> ConnectWorker:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def connector_config(topic: str, file: str, **overrides: str) -> dict[str, str]:
+    """A FileStreamSink reading ``topic`` into ``file`` (JSON values, one per line), with ``overrides``."""
+    return {"connector.class": FILE_SINK_CLASS, "topics": topic, "file": file, "tasks.max": "1", **overrides}
