@@ -57,6 +57,10 @@ class ConnectUnreachable(KafkaConnectError):
     """No HTTP answer at all: connection refused, TLS failure, DNS or client-side timeout; names the URL tried."""
 
 
+class ConnectInvalidResponse(KafkaConnectError):
+    """A successful HTTP answer whose body is not Connect's JSON (e.g. a gateway's HTML page); names the URL."""
+
+
 #: Errors a wait may outlast: the worker restarting, rebalancing or overloaded. Others will not fix themselves.
 TRANSIENT_ERRORS = (ConnectServerError, ConnectUnreachable, RebalanceInProgress)
 

@@ -30,7 +30,12 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_kerr.get_provider_info import KAFKA_CONNECT_CONN_FIELDS, KAFKA_CONNECT_UI_FIELD_BEHAVIOUR
-from airflow_kerr.hooks.connect_errors import ConnectUnreachable, KafkaConnectError, error_class_for
+from airflow_kerr.hooks.connect_errors import (
+    ConnectInvalidResponse,
+    ConnectUnreachable,
+    KafkaConnectError,
+    error_class_for,
+)
 
 DEFAULT_PORT = 8083
 #: Longer than Connect's own 90 s request timeout, so the worker's "Request timed out" answer arrives.
@@ -197,6 +202,25 @@ def _raise_for_status(response: httpx.Response) -> None:
     )
 
 
+def _body(response: httpx.Response) -> Any:
+    """The JSON body of a successful answer, or ConnectInvalidResponse naming the URL and what came instead.
+
+    A proxy or gateway in front of Connect may answer 200 with an HTML page; that
+    is no Connect answer, and the error must say where it came from.
+    """
+    try:
+        return response.json()
+    except ValueError as exc:
+        request = response.request
+        kind = response.headers.get("content-type") or "no content type"
+        raise ConnectInvalidResponse(
+            request.method,
+            str(request.url),
+            f"the body is not JSON ({kind}): {response.text.strip()[:200]!r}",
+            http_status=response.status_code,
+        ) from exc
+
+
 def _expand_params(expand: str | Sequence[str] | None) -> list[tuple[str, str]]:
     if expand is None:
         return []
@@ -234,6 +258,8 @@ class KafkaConnectHook(BaseHook):
         super().__init__()
         self.kafka_connect_conn_id = kafka_connect_conn_id
         self.rebalance_retry_budget_s = rebalance_retry_budget_s
+        #: A ``time.monotonic()`` instant no request may outlast (timeouts and 409 retries are cut to it), or None.
+        self.deadline: float | None = None
         self._settings: ClientSettings | None = None
         self._client: httpx.Client | None = None
         self._async_client: httpx.AsyncClient | None = None
@@ -342,6 +368,20 @@ class KafkaConnectHook(BaseHook):
         self.log.warning("%s %s: 409 %s; retrying in %.2f s", method, path, response.text[:200], delay)
         return delay
 
+    def _bounded(self, retry_conflicts: bool, kwargs: dict[str, Any]) -> tuple[_Backoff, dict[str, Any]]:
+        """The 409 retry budget and request options, both cut to what is left before ``deadline``.
+
+        A caller that waits ``wait_timeout`` sets ``deadline`` so that neither a
+        rebalance (409s retried for up to the budget) nor a slow worker (the
+        connection's timeout) makes one request outlast the wait.
+        """
+        budget = self.rebalance_retry_budget_s if retry_conflicts else 0.0
+        if self.deadline is None:
+            return _Backoff(budget), kwargs
+        left = max(self.deadline - time.monotonic(), 0.0)
+        timeout = self._settings.timeout if self._settings is not None else DEFAULT_TIMEOUT_S
+        return _Backoff(min(budget, left)), {**kwargs, "timeout": max(min(timeout, left), 0.01)}
+
     def request(self, method: str, path: str, *, retry_conflicts: bool = True, **kwargs: Any) -> httpx.Response:
         """Send one request, retrying a 409 within the rebalance budget; raise the typed error otherwise.
 
@@ -349,7 +389,7 @@ class KafkaConnectHook(BaseHook):
         answering that the connector already exists.
         """
         client = self.get_conn()
-        backoff = _Backoff(self.rebalance_retry_budget_s if retry_conflicts else 0.0)
+        backoff, kwargs = self._bounded(retry_conflicts, kwargs)
         while True:
             try:
                 response = client.request(method, path, **kwargs)
@@ -363,7 +403,7 @@ class KafkaConnectHook(BaseHook):
     async def arequest(self, method: str, path: str, *, retry_conflicts: bool = True, **kwargs: Any) -> httpx.Response:
         """The asynchronous twin of :meth:`request`."""
         client = await self.aget_conn()
-        backoff = _Backoff(self.rebalance_retry_budget_s if retry_conflicts else 0.0)
+        backoff, kwargs = self._bounded(retry_conflicts, kwargs)
         while True:
             try:
                 response = await client.request(method, path, **kwargs)
@@ -378,7 +418,7 @@ class KafkaConnectHook(BaseHook):
 
     def server_info(self) -> dict[str, Any]:
         """``GET /``: the worker's version, commit and Kafka cluster id."""
-        result: dict[str, Any] = self.request("GET", "/").json()
+        result: dict[str, Any] = _body(self.request("GET", "/"))
         return result
 
     def test_connection(self) -> tuple[bool, str]:
@@ -397,20 +437,20 @@ class KafkaConnectHook(BaseHook):
 
         A connector whose status the worker does not have yet is left out of an expanded answer.
         """
-        return self.request("GET", "/connectors", params=_expand_params(expand)).json()
+        return _body(self.request("GET", "/connectors", params=_expand_params(expand)))
 
     def get_connector(self, connector: str) -> dict[str, Any]:
         """``GET /connectors/{c}``: name, config, task ids and type."""
-        result: dict[str, Any] = self.request("GET", connector_path(connector)).json()
+        result: dict[str, Any] = _body(self.request("GET", connector_path(connector)))
         return result
 
     def get_config(self, connector: str) -> dict[str, str]:
-        result: dict[str, str] = self.request("GET", connector_path(connector, "config")).json()
+        result: dict[str, str] = _body(self.request("GET", connector_path(connector, "config")))
         return result
 
     def put_config(self, connector: str, config: dict[str, str]) -> dict[str, Any]:
         """``PUT /connectors/{c}/config``: create the connector or replace its config; returns its info."""
-        result: dict[str, Any] = self.request("PUT", connector_path(connector, "config"), json=config).json()
+        result: dict[str, Any] = _body(self.request("PUT", connector_path(connector, "config"), json=config))
         return result
 
     def delete_connector(self, connector: str) -> None:
@@ -418,18 +458,18 @@ class KafkaConnectHook(BaseHook):
 
     def get_status(self, connector: str) -> dict[str, Any]:
         """``GET /connectors/{c}/status``: connector and task states, with traces of failed ones."""
-        result: dict[str, Any] = self.request("GET", connector_path(connector, "status")).json()
+        result: dict[str, Any] = _body(self.request("GET", connector_path(connector, "status")))
         return result
 
     async def aget_status(self, connector: str) -> dict[str, Any]:
-        result: dict[str, Any] = (await self.arequest("GET", connector_path(connector, "status"))).json()
+        result: dict[str, Any] = _body(await self.arequest("GET", connector_path(connector, "status")))
         return result
 
     async def alist_connectors(self, expand: str | Sequence[str] | None = None) -> Any:
-        return (await self.arequest("GET", "/connectors", params=_expand_params(expand))).json()
+        return _body(await self.arequest("GET", "/connectors", params=_expand_params(expand)))
 
     def get_tasks(self, connector: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.request("GET", connector_path(connector, "tasks")).json()
+        result: list[dict[str, Any]] = _body(self.request("GET", connector_path(connector, "tasks")))
         return result
 
     def pause(self, connector: str) -> None:
@@ -455,7 +495,7 @@ class KafkaConnectHook(BaseHook):
             "POST", connector_path(connector, "restart"), params=_restart_params(include_tasks, only_failed)
         )
         if response.status_code == 202 and response.content:
-            result: dict[str, Any] = response.json()
+            result: dict[str, Any] = _body(response)
             return result
         return None
 
@@ -465,5 +505,5 @@ class KafkaConnectHook(BaseHook):
 
     def get_offsets(self, connector: str) -> dict[str, Any]:
         """``GET /connectors/{c}/offsets`` (KIP-875): ``{"offsets": [{"partition": ..., "offset": ...}]}``."""
-        result: dict[str, Any] = self.request("GET", connector_path(connector, "offsets")).json()
+        result: dict[str, Any] = _body(self.request("GET", connector_path(connector, "offsets")))
         return result

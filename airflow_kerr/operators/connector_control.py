@@ -148,6 +148,9 @@ class BaseConnectorControlOperator(BaseOperator):
     def execute(self, context: Context) -> Any:
         self._refuse_if_strimzi()
         with self._hook() as hook:
+            if self.wait_for_completion:
+                # One budget for asking and waiting: no request (409 retries, a slow worker) outlasts wait_timeout.
+                hook.deadline = time.monotonic() + self.wait_timeout
             names = self._select(hook)
             targets = {name: self.act(hook, name) for name in names}
             if not self.wait_for_completion:
@@ -185,7 +188,7 @@ class BaseConnectorControlOperator(BaseOperator):
 
     def _wait(self, hook: KafkaConnectHook, targets: dict[str, ConnectorTarget]) -> dict[str, dict[str, Any]]:
         """Poll until every connector meets its target; the worker-side twin of the trigger."""
-        deadline = time.monotonic() + self.wait_timeout
+        deadline = hook.deadline if hook.deadline is not None else time.monotonic() + self.wait_timeout
         while True:
             statuses, pending = self._poll_once(hook, targets)
             if not pending:

@@ -69,6 +69,8 @@ class ConnectorStateTrigger(KwargsTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         targets = {name: ConnectorTarget.from_dict(data) for name, data in self.targets.items()}
         hook = KafkaConnectHook(self.kafka_connect_conn_id)
+        # No poll outlasts the wait: a slow worker's request is cut at the deadline like the worker-side wait's.
+        hook.deadline = time.monotonic() + (self.deadline - time.time())
         statuses: dict[str, dict[str, Any]] = {}
         try:
             while True:

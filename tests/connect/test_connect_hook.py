@@ -14,6 +14,7 @@ import pytest
 from airflow_kerr.get_provider_info import get_provider_info
 from airflow_kerr.hooks.connect_errors import (
     ConnectBadRequest,
+    ConnectInvalidResponse,
     ConnectorNotFound,
     ConnectServerError,
     ConnectUnreachable,
@@ -368,3 +369,22 @@ async def test_async_refused_names_the_url(monkeypatch: pytest.MonkeyPatch) -> N
         assert raised.value.url == f"http://127.0.0.1:{port}/connectors/orders/status"
     finally:
         await hook.aclose()
+
+
+# answers that are not Connect's ---------------------------------------------------------------------
+
+
+async def test_a_200_whose_body_is_not_json_is_a_typed_error_naming_the_url(
+    hook: KafkaConnectHook, connect: Any, sink: Callable[..., tuple[str, str]]
+) -> None:
+    """A gateway in front of Connect answers 200 with HTML (injected by the fault proxy): no bare JSONDecodeError."""
+    name, _ = sink()
+    connect.proxy.inject_body(30, 200, b"<html>maintenance</html>", "text/html", "/status")
+    url = f"{connect.url}/connectors/{name}/status"
+    with pytest.raises(ConnectInvalidResponse, match=r"the body is not JSON \(text/html\)") as raised:
+        hook.get_status(name)
+    assert raised.value.url == url and raised.value.http_status == 200
+    assert str(raised.value).startswith(f"GET {url} answered HTTP 200")
+    with pytest.raises(ConnectInvalidResponse, match="maintenance") as async_raised:
+        await hook.aget_status(name)
+    assert async_raised.value.url == url

@@ -16,7 +16,12 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, TaskDeferred
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_kerr.hooks.connect_errors import ConnectorNotFound, ConnectorStateTimeout
+from airflow_kerr.hooks.connect_errors import (
+    ConnectorNotFound,
+    ConnectorStateTimeout,
+    ConnectUnreachable,
+    RebalanceInProgress,
+)
 from airflow_kerr.operators.connector_control import (
     PauseConnectorOperator,
     RestartConnectorOperator,
@@ -380,3 +385,57 @@ def test_sensor_waits_through_an_unreachable_worker_like_the_operator_and_trigge
     assert sensor.poke(context) is False, "a transient error is waited through, not raised"
     with pytest.raises(AirflowSensorTimeout):
         sensor.execute(context)
+
+
+# the wait's budget -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_endless_rebalance_409s_end_the_task_within_wait_timeout(
+    connect_conn: str, connect: Any, sink: Sink, context: dict[str, Any], deferrable: bool
+) -> None:
+    """The hook retries a 409 for up to a minute; a stop asked to wait 2 s must not take that minute.
+
+    The 409s are injected by the fault proxy in front of the real worker.
+    """
+    name, _ = sink()
+    connect.inject_rebalance(120)
+    operator = StopConnectorOperator(
+        task_id="stop", connector=name, wait_timeout=2, poll_interval=0.1, deferrable=deferrable
+    )
+    started = time.monotonic()
+    with pytest.raises(RebalanceInProgress, match="stale configuration"):
+        run_deferred(operator, context, must_defer=False)
+    assert time.monotonic() - started < 3.5
+
+
+def test_a_slow_worker_ends_the_wait_within_wait_timeout(
+    monkeypatch: pytest.MonkeyPatch, connect: Any, sink: Sink, context: dict[str, Any]
+) -> None:
+    """Status polls that hang for 30 s (a worker busy reading its topics, injected by the fault proxy)
+    are cut at the wait's deadline: the worker-side wait and the trigger both end on time."""
+    name, _ = sink()
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KC_SLOW_POLLS",
+        f'{{"conn_type": "kafka_connect", "host": "127.0.0.1", "port": {connect.port}, "extra": {{"timeout": 60}}}}',
+    )
+    connect.proxy.inject_request_timeout(120, delay_s=30)
+    operator = PauseConnectorOperator(
+        task_id="pause", connector=name, kafka_connect_conn_id="kc_slow_polls", wait_timeout=2, poll_interval=0.1
+    )
+    started = time.monotonic()
+    with pytest.raises((ConnectorStateTimeout, ConnectUnreachable)):
+        operator.execute(context)
+    assert time.monotonic() - started < 3.5
+
+    trigger = ConnectorStateTrigger(
+        targets={name: {"state": "PAUSED"}},
+        deadline=time.time() + 1.5,
+        poll_interval=0.1,
+        kafka_connect_conn_id="kc_slow_polls",
+    )
+    started = time.monotonic()
+    event = run_trigger(trigger)
+    assert event.payload["status"] == "timeout"
+    assert "timed out" in event.payload["pending"][name]
+    assert time.monotonic() - started < 3
