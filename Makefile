@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # The browser test drives Debian's chromium, never a browser Playwright downloads.
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test lint check-java check-chromium install clean ui
+.PHONY: demo test lint check-java check-chromium connect-runtime install clean ui
 
 $(PY):
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required, found " + sys.version.split()[0])'
@@ -24,6 +24,10 @@ check-java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required by Spark and was not found on PATH. Install it (Debian/Ubuntu: apt-get install openjdk-17-jre-headless) and run make again." >&2; exit 1; }
 	@java -version 2>&1 | head -1
 
+# Kafka Connect 3.9.0's jars (through pip) with Debian's Jetty (apt-get when root), cached under .kerr/.
+connect-runtime: install check-java
+	$(PY) -m airflow_kerr.local.connect_runtime
+
 check-chromium:
 	@test -x $(CHROMIUM) || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -39,14 +43,14 @@ lint: install
 	$(VENV)/bin/ruff format --check airflow_kerr dags tests benchmarks
 	$(VENV)/bin/mypy
 
-test: install check-java check-chromium lint
+test: install check-java connect-runtime check-chromium lint
 	KERR_CHROMIUM=$(CHROMIUM) $(PY) -m pytest $(PYTEST_ARGS)
 
-demo: install check-java
+demo: install check-java connect-runtime
 	$(PY) -m airflow_kerr.local.demo
 
 # A real Airflow (api-server, scheduler, triggerer, dag-processor) on the embedded stack; Ctrl-C stops it all.
-ui: install check-java
+ui: install check-java connect-runtime
 	$(PY) -m airflow_kerr.local.ui
 
 clean:
