@@ -6,13 +6,15 @@ its trigger (which calls these in a worker thread). No Airflow imports.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_kerr.errors.metrics import TOTAL_RECORD_ERRORS
 from airflow_kerr.kafka.dead_letters import dlq_end_offsets
-from airflow_kerr.kafka.metrics_topic import read_metrics_records
+from airflow_kerr.kafka.metrics_topic import count_inputs_once, read_metrics_records
 from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_partitions
 
 WAIT_FOR = ("breach", "recovery")
@@ -53,7 +55,14 @@ class ToleranceReading:
 def metrics_window(
     kafka_config: Mapping[str, Any], metrics_topic: str, pipeline: str, window_ms: int, now_ms: int | None = None
 ) -> ToleranceReading:
-    """Records in and records failed by ``pipeline``'s tasks whose metrics window ended inside the window."""
+    """Records in and records failed by ``pipeline``'s tasks whose metrics window ended inside the window.
+
+    Each input is counted once: a run killed before its commit leaves task records
+    for ranges the next run reads again, and Spark publishes one per task attempt, so
+    wherever ranges overlap only one record counts, a finished task's before a failed
+    attempt's, then the latest (:func:`count_inputs_once`). Run records
+    (``scope="run"``) repeat their tasks' sums and are not read.
+    """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     start_ms = now_ms - window_ms
     records = read_metrics_records(
@@ -62,13 +71,22 @@ def metrics_window(
         start_ms,
         lambda r: r.get("scope") == "task" and r.get("pipeline") == pipeline and start_ms <= r.get("window_end_ms", 0),
     )
+    records_in = errors = 0.0
+    for record, share in count_inputs_once(records):
+        records_in += share * int(record.get("records_in", 0))
+        errors += share * int(record.get(TOTAL_RECORD_ERRORS, 0))
     return ToleranceReading(
-        records_in=sum(int(r.get("records_in", 0)) for r in records),
-        errors=sum(int(r.get("total-record-errors", 0)) for r in records),
+        records_in=_nearest(records_in),
+        errors=_nearest(errors),
         window_start_ms=start_ms,
         window_end_ms=now_ms,
         source="metrics",
     )
+
+
+def _nearest(count: float) -> int:
+    """A count from shares of records, to the nearest whole (half up; shares of 0 and 1 stay exact)."""
+    return math.floor(count + 0.5)
 
 
 @dataclass(frozen=True)

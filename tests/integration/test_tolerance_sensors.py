@@ -5,22 +5,31 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
 from confluent_kafka import Producer
 
-from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
+from airflow_kerr.errors import ErrorContext, ErrorMetrics, SourceRecord, Stage, TaskId, build_dead_letter_record
 from airflow_kerr.errors.config import HeaderFormat
 from airflow_kerr.examples.orders import generate_orders
-from airflow_kerr.kafka.tolerance import ToleranceWatch
+from airflow_kerr.kafka.metrics_topic import InputRange, input_range_fields, read_metrics_records
+from airflow_kerr.kafka.tolerance import ToleranceWatch, metrics_window
 from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.sensors.dead_letter_queue import DeadLetterQueueSensor
 from airflow_kerr.sensors.tolerance import ToleranceSensor
+from airflow_kerr.spark import job
 from airflow_kerr.spark.job import run_job
 from airflow_kerr.spark.spec import PipelineSpec
 from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueTrigger
@@ -257,6 +266,169 @@ def test_tolerance_sensor_recovery_after_clean_records(
     )
     result = poke_once(recovery)
     assert result.is_done and result.xcom_value["errors"] == 0
+
+
+def task_metrics_record(
+    pipeline: str, run_id: str, source: str, partition: int, start: int, end: int, errors: int
+) -> dict[str, Any]:
+    """A task's metrics record as the job writes it: the counters, the window, the range ``[start, end)`` it read."""
+    counters = ErrorMetrics(
+        total_record_failures=errors, total_record_errors=errors, total_records_skipped=errors, records_in=end - start
+    )
+    now_ms = int(time.time() * 1000)
+    record = counters.to_record(
+        pipeline=pipeline, task=0, run_id=run_id, window_start_ms=now_ms - 500, window_end_ms=now_ms
+    )
+    return {
+        **record,
+        "scope": "task",
+        "state": "success",
+        "records_out": end - start - errors,
+        "source": f"{source}-{partition}",
+        **input_range_fields(source, partition, start, end - 1),
+    }
+
+
+def write_metrics(kafka_config: dict[str, Any], topic: str, records: list[dict[str, Any]]) -> None:
+    """Write metrics records one after the other, keyed by pipeline as the job writes them."""
+    producer = Producer(kafka_config)
+    for record in records:
+        producer.produce(topic, key=record["pipeline"].encode(), value=json.dumps(record).encode())
+        assert producer.flush(10) == 0
+        time.sleep(0.002)
+
+
+def test_a_killed_runs_metrics_are_counted_once_with_the_reruns(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str, kafka_connection: str
+) -> None:
+    """The exact records a run killed before its commit leaves on a real metrics topic: its finished tasks'
+    records, no run record. The rerun reads the same offsets again (split differently) plus what arrived
+    since, and writes its own. Each input counts once, as the rerun counted it, and no breach is reported."""
+    metrics = create_topic(f"{unique_topic}.metrics")
+    pipeline, source = unique_topic, f"{unique_topic}.src"
+    killed = [
+        task_metrics_record(pipeline, "killed", source, 0, 0, 300, errors=6),
+        task_metrics_record(pipeline, "killed", source, 1, 0, 150, errors=3),
+    ]
+    rerun = [
+        task_metrics_record(pipeline, "rerun", source, 0, 0, 200, errors=4),
+        task_metrics_record(pipeline, "rerun", source, 0, 200, 400, errors=4),
+        task_metrics_record(pipeline, "rerun", source, 1, 0, 400, errors=8),
+    ]
+    run_record = {
+        **ErrorMetrics(total_record_errors=16, records_in=800).to_record(
+            pipeline=pipeline, task=None, run_id="rerun", window_start_ms=0, window_end_ms=int(time.time() * 1000)
+        ),
+        "scope": "run",
+        "state": "success",
+    }
+    write_metrics(kafka_config, metrics, [*killed, *rerun, run_record])
+    breach = ToleranceSensor(
+        task_id="breach", pipeline=pipeline, metrics_topic=metrics, window=300, max_errors=16, min_records=0
+    )
+
+    assert poke_once(breach) is False, "the killed run's records were counted again: a breach that did not happen"
+    reading = breach.watch().read()
+    assert reading is not None and (reading.records_in, reading.errors) == (800, 16)
+
+
+HOLD_MODULE = """
+import os
+import time
+from pathlib import Path
+
+
+def hold_partition_one(record):
+    \"\"\"Hold partition 1's task while the flag file exists, so the run is killed with that task unfinished.
+
+    Released (flag gone, or 120 s passed), a held worker exits without writing anything, as a killed one would.
+    \"\"\"
+    flag = Path(os.environ["KERR_TEST_HOLD_FLAG"])
+    if record.partition != 1 or not flag.exists():
+        return record
+    deadline = time.monotonic() + 120
+    while flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os._exit(1)
+"""
+
+
+@pytest.mark.spark
+def test_a_spark_submit_killed_mid_run_is_not_counted_twice(
+    kafka_config: dict[str, Any],
+    create_topic: Callable[..., str],
+    unique_topic: str,
+    tmp_path: Path,
+    java_home: str,
+) -> None:
+    """What is real: the broker, ``spark-submit`` of the job, its metrics records, and SIGKILL of the whole
+    spark-submit process group once the first task's metrics record is on the topic. What is arranged: a
+    transformation holds partition 1's task, so the kill always lands between one finished task and one
+    unfinished one (no run record, no commit). The rerun reads everything again; the tolerance window then
+    counts each source record once."""
+    topic = create_topic(unique_topic, partitions=2)
+    for suffix in (".clean", ".dlq", ".metrics"):
+        create_topic(topic + suffix)
+    generated = generate_orders(kafka_config, topic, 400, malformed_every=20, invalid_every=0, flaky_every=0)
+    (tmp_path / "kerr_test_hold.py").write_text(textwrap.dedent(HOLD_MODULE))
+    flag = tmp_path / "hold"
+    flag.touch()
+    spec = PipelineSpec.from_dict(
+        {
+            "name": topic,
+            "source": {"topics": [topic], "group_id": f"{topic}-g"},
+            "value_converter": "json",
+            "transformations": ["kerr_test_hold.hold_partition_one"],
+            "sink": {"kind": "kafka", "topic": f"{topic}.clean"},
+            "kafka": kafka_config,
+            "metrics_topic": f"{topic}.metrics",
+            "errors": {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": f"{topic}.dlq"},
+        }
+    )
+    (tmp_path / "spec.json").write_text(spec.to_json())
+    pythonpath = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath, "KERR_TEST_HOLD_FLAG": str(flag)}
+
+    def submit(run_id: str, **popen: Any) -> subprocess.Popen[bytes]:
+        command = [
+            str(Path(sys.executable).parent / "spark-submit"),
+            *("--master", "local[2]", "--conf", "spark.ui.enabled=false"),
+            *(job.__file__, "--spec-file", str(tmp_path / "spec.json"), "--run-id", run_id),
+        ]
+        return subprocess.Popen(command, env=env, **popen)
+
+    def task_records(run_id: str) -> list[dict[str, Any]]:
+        found = read_metrics_records(kafka_config, f"{topic}.metrics", 0, lambda r: r.get("run_id") == run_id)
+        return [r for r in found if r.get("scope") == "task"]
+
+    with open(tmp_path / "killed.log", "wb") as log:
+        killed = submit("killed", stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not task_records("killed"):
+            assert killed.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no task of the killed run finished in time"
+            time.sleep(0.5)
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait(timeout=30)
+        flag.unlink()
+    # Left behind: the finished tasks' records, and maybe a failed one from a worker that saw the driver die.
+    left = read_metrics_records(kafka_config, f"{topic}.metrics", 0, lambda r: r.get("run_id") == "killed")
+    finished = [r for r in left if r["state"] == "success"]
+    assert finished and all(r["scope"] == "task" for r in left), f"no finished task, or a run record: {left}"
+    assert all(InputRange.of(r) is not None for r in left if r["records_in"]), (
+        f"the job's task records name no input range; it must add {sorted(input_range_fields('t', 0, 0, 0))}: {left}"
+    )
+    assert sum(r["records_in"] for r in finished) < generated.total, "the kill did not land mid-run"
+
+    with open(tmp_path / "rerun.log", "wb") as log:
+        rerun = submit("rerun", stdout=log, stderr=subprocess.STDOUT)
+        assert rerun.wait(timeout=300) == 0, (tmp_path / "rerun.log").read_text()[-3000:]
+
+    reading = metrics_window(kafka_config, f"{topic}.metrics", topic, window_ms=600_000)
+    assert (reading.records_in, reading.errors) == (generated.total, generated.bad)
+    assert not reading.breaches(max_error_rate=None, max_errors=generated.bad, min_records=0)
 
 
 def test_metrics_free_mode_divides_dlq_growth_by_group_consumption(
