@@ -164,18 +164,26 @@ def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> N
 
 
 def connection_variables(
-    bootstrap_servers: str, connect_host: str, connect_port: int, *, kafka_extra: Mapping[str, Any] | None = None
+    bootstrap_servers: str,
+    connect_host: str,
+    connect_port: int,
+    *,
+    kafka_extra: Mapping[str, Any] | None = None,
+    spark_master: str = "local[2]",
 ) -> dict[str, str]:
     """The provider's three connections as ``AIRFLOW_CONN_*`` variables, pointing at the embedded stack.
 
     It lives here, beside the broker, so that the CLI can use it without importing
-    httpx or Airflow. ``kafka_extra`` adds librdkafka settings to ``kafka_default``.
+    httpx or Airflow. ``kafka_extra`` adds librdkafka settings to ``kafka_default``;
+    ``spark_master`` is ``local[2]`` or a standalone cluster's ``spark://host:port``.
     """
+    host, _, port = spark_master.rpartition(":")
+    spark = {"host": host, "port": int(port)} if spark_master.startswith("spark://") else {"host": spark_master}
     return {
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
             {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap_servers, **(kafka_extra or {})}}
         ),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", **spark}),
         "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT": json.dumps(
             {"conn_type": "kafka_connect", "host": connect_host, "port": connect_port, "schema": "http"}
         ),

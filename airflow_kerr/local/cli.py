@@ -30,6 +30,7 @@ from airflow_kerr.local.broker import (
 )
 from airflow_kerr.local.connect_runtime import KAFKA_VERSION, ConnectRuntimeUnavailable
 from airflow_kerr.local.connect_worker import ConnectWorker
+from airflow_kerr.local.spark_cluster import LocalSparkCluster, SparkClusterUnavailable
 from airflow_kerr.local.state import state_dir
 
 STATE_FILE = "local.json"
@@ -116,8 +117,12 @@ def up(args: argparse.Namespace) -> int:
         log = directory / "broker.log"
         print(f"{broker.kind} broker started at {broker.bootstrap_servers} (pid {broker.pid}, log {log})")
     connect = _connect_up(state, directory)
+    spark_master = _spark_cluster_up(state, directory) if args.spark_cluster else "local[2]"
     connections = connection_variables(
-        state["broker"]["bootstrap_servers"], connect.hostname or "127.0.0.1", connect.port or 8083
+        state["broker"]["bootstrap_servers"],
+        connect.hostname or "127.0.0.1",
+        connect.port or 8083,
+        spark_master=spark_master,
     )
     print("\nconnections for Airflow:")
     for name, value in connections.items():
@@ -141,6 +146,21 @@ def _connect_up(state: dict[str, Any], directory: Path) -> Any:
         write_state(state)
         print(f"Kafka Connect {KAFKA_VERSION} started at {worker.url} (pid {worker.pid}, log {worker.log_path})")
     return urlsplit(state["connect"]["url"])
+
+
+def _spark_cluster_up(state: dict[str, Any], directory: Path) -> str:
+    """Start a standalone master and two one-core workers (unless running); return the master URL."""
+    names = [name for name in state if name.startswith("spark-")]
+    if names and all(_running(state, name) for name in names):
+        print(f"Spark cluster already running at {state['spark-master']['url']}")
+        return str(state["spark-master"]["url"])
+    cluster = LocalSparkCluster(directory / "spark", detach=True).start()
+    for index, pid in enumerate(cluster.pids):
+        name = "spark-master" if index == 0 else f"spark-worker-{index}"
+        state[name] = {"pid": pid, "marker": "org.apache.spark.deploy", "url": cluster.master_url}
+    write_state(state)
+    print(f"Spark master {cluster.master_url} with {cluster.workers} workers (UI {cluster.ui_url})")
+    return cluster.master_url
 
 
 def down(_: argparse.Namespace) -> int:
@@ -187,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     up_parser = actions.add_parser("up", help="start the embedded broker and a Kafka Connect worker")
     up_parser.add_argument("--port", type=int, default=0, help="broker port (default: a free one)")
     up_parser.add_argument(
+        "--spark-cluster",
+        action="store_true",
+        help="also start a Spark standalone master and two one-core workers; spark_default points at it",
+    )
+    up_parser.add_argument(
         "--broker",
         choices=BROKER_KINDS,
         default=None,
@@ -202,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result: int = args.func(args)
-    except (BrokerUnavailable, ConnectRuntimeUnavailable) as exc:
+    except (BrokerUnavailable, ConnectRuntimeUnavailable, SparkClusterUnavailable) as exc:
         print(f"kerr: {exc}", file=sys.stderr)
         return 2
     return result

@@ -199,9 +199,15 @@ def test_connection_variables_name_all_three_connections() -> None:
         "schema": "http",
     }
     assert "stats_cb" not in connection_variables("b:1", "h", 1)["AIRFLOW_CONN_KAFKA_DEFAULT"]
+    cluster = connection_variables("b:1", "h", 1, spark_master="spark://127.0.0.1:7077")
+    assert json.loads(cluster["AIRFLOW_CONN_SPARK_DEFAULT"]) == {
+        "conn_type": "spark",
+        "host": "spark://127.0.0.1",
+        "port": 7077,
+    }
 
 
-@pytest.mark.parametrize("module", ["cli", "connect_worker", "connect_runtime", "broker", "demo"])
+@pytest.mark.parametrize("module", ["cli", "connect_worker", "connect_runtime", "spark_cluster", "broker", "demo"])
 def test_the_local_modules_import_without_httpx_or_airflow(module: str) -> None:
     """``kerr`` must start fast and work without the UI's dependencies."""
     code = (
