@@ -10,7 +10,11 @@ killed and run again.
 Bad settings (an invalid regular expression, an inverted time or offset range, a topic
 that does not exist) fail the task with a message naming each one, before any record is
 read. Records that must not go back (replayed `max_replays` times already, no source
-topic, a fix that raised, a forbidden target) go to the parking topic with a reason header.
+topic, malformed error headers, a fix that raised, a forbidden target) go to the parking
+topic with a reason header; a dry run lists the first of them as "would park".
+
+If the broker stops answering, a transaction gives up after *Transaction timeout* seconds:
+the run fails saying what it committed, and the next run continues from there.
 """
 
 from __future__ import annotations
@@ -175,6 +179,17 @@ PARAMS = {
         description="Larger batches commit less often; with a rate limit a batch holds at most one second's worth.",
         section=PACING,
     ),
+    "transaction_timeout_s": Param(
+        60,
+        type="integer",
+        minimum=1,
+        maximum=900,
+        title="Transaction timeout (seconds)",
+        description="The longest one transaction may take, retries included. If the broker does not answer "
+        "within it, the open transaction is aborted and the run fails saying what was committed; the next run "
+        "continues from there.",
+        section=SAFETY,
+    ),
     "progress_interval_s": Param(
         5,
         type="integer",
@@ -219,4 +234,5 @@ with DAG(
         max_records="{{ params.max_records }}",
         batch_size="{{ params.batch_size }}",
         progress_interval_s="{{ params.progress_interval_s }}",
+        transaction_timeout_s="{{ params.transaction_timeout_s }}",
     )

@@ -5,10 +5,16 @@ error-context headers as UTF-8 text (numbers in decimal), with Connect's exact n
 order and null handling. The read side accepts Connect's ``__connect.errors.*``,
 KIP-1191's ``__dlq.errors.*`` and Kafka Streams' ``__streams.errors.*`` (KIP-1034) sets,
 so the replay and the sensors work on a DLQ written by any of them.
+
+A DLQ holds whatever its writers put there, so the read side trusts no header: a topic
+name or a number it cannot use (not a Kafka topic name, not decimal, outside Kafka's
+range) is never handed on, but named in ``malformed_headers`` so that the replay parks
+the record with that reason instead of failing on it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -52,6 +58,40 @@ STREAMS_HEADER_PARTITION = STREAMS_HEADER_PREFIX + "partition"
 STREAMS_HEADER_OFFSET = STREAMS_HEADER_PREFIX + "offset"
 
 _ERROR_PREFIXES = (HEADER_PREFIX, DLQ_HEADER_PREFIX, STREAMS_HEADER_PREFIX)
+
+#: Kafka's rule for topic names (``org.apache.kafka.common.internals.Topic.validate``), less '.' and '..'.
+TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+TOPIC_NAME_RULE = "1-249 of ASCII letters, digits, '.', '_', '-'"
+INT16_MAX = 2**15 - 1
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+#: Characters of a bad value quoted in a problem: enough to recognise it, never a megabyte header.
+SHOWN_CHARS = 60
+
+
+def is_topic_name(name: object) -> bool:
+    """Whether ``name`` is a name Kafka accepts for a topic; anything else makes librdkafka refuse the topic."""
+    return isinstance(name, str) and TOPIC_NAME_PATTERN.fullmatch(name) is not None and name not in (".", "..")
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr`` of a value from outside, cut to ``limit`` characters with its length noted.
+
+    Safe for anything: an integer past Python's digit limit for ``str`` is described rather
+    than converted (its ``repr`` would raise ``ValueError``).
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    try:
+        text = repr(value)
+    except ValueError:  # Python will not print an integer of more than 4,300 digits, nested ones included
+        return f"<a {type(value).__name__} holding an integer too long to print>"
+    except Exception as error:  # a caller's object whose __repr__ fails: describe it instead
+        return f"<a {type(value).__name__} whose repr failed: {type(error).__name__}>"
+    if len(text) <= limit:
+        return text
+    size = f"{len(value):,} characters" if isinstance(value, str) else f"{len(text):,} characters as text"
+    return f"{text[: limit - 1]}\u2026 ({size})"
 
 
 class HeaderSet(StrEnum):
@@ -196,6 +236,12 @@ class DeadLetterRecord:
     Fields a header set does not carry are ``None``. ``headers`` are the original record's
     headers with every error-context header removed, ready to write back on replay;
     ``error_headers`` keeps every recognised error header decoded, for display.
+
+    Every field holds a value Kafka accepts or ``None``: ``source_topic`` is a valid topic
+    name, ``source_partition`` and ``task_id`` are int32 >= 0, ``source_offset`` int64 >= 0,
+    ``delivery_count`` int16 >= 1. A header the parser read a field from but could not use
+    leaves that field ``None`` and appears in ``malformed_headers`` (header name to what is
+    wrong, quoting the value cut short), so a caller can tell "absent" from "garbage".
     """
 
     header_set: HeaderSet | None
@@ -219,6 +265,7 @@ class DeadLetterRecord:
     partition: int | None = None
     offset: int | None = None
     error_headers: Mapping[str, str | None] = field(default_factory=dict)
+    malformed_headers: Mapping[str, str] = field(default_factory=dict)
 
     def to_source_record(self) -> SourceRecord:
         """The original record, as it was on its source topic, for replay.
@@ -242,21 +289,69 @@ class DeadLetterRecord:
 RawHeaders = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 
 
-def _decode(value: bytes | str | None) -> str | None:
+def _as_bytes(name: str, value: object) -> bytes | None:
+    """A header value as Kafka holds it: bytes or null (text is UTF-8; a lone surrogate is kept, not raised on)."""
+    if value is None or type(value) is bytes:
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", errors="surrogatepass")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"header {name!r}: value {shown(value)} is not bytes, str or None")
+
+
+def _decode(name: str, value: object) -> str | None:
+    """An error header's text: invalid UTF-8 becomes U+FFFD, so a value is always readable."""
     if value is None or isinstance(value, str):
         return value
-    return bytes(value).decode("utf-8", errors="replace")
+    raw = _as_bytes(name, value)
+    return None if raw is None else raw.decode("utf-8", errors="replace")
 
 
-def _to_int(text: str | None) -> int | None:
+#: Decimal text as Connect, KIP-1191 and Streams write numbers, with surrounding blanks tolerated.
+_DECIMAL = re.compile(r"[ \t\r\n]*(-?[0-9]{1,19})[ \t\r\n]*")
+
+
+def _number(problems: dict[str, str], name: str, text: str | None, low: int, high: int, *, unknown: bool) -> int | None:
+    """The integer ``text`` spells when it lies in ``[low, high]``; else ``None``, with the problem noted.
+
+    ``unknown`` accepts -1 as Kafka's "not known" (a Streams punctuation has no source
+    partition or offset) and gives ``None`` without a problem. Only ASCII decimal digits
+    count, at most 19 of them, so neither ``int``'s 4,300-digit limit nor other scripts'
+    digits (which ``int`` would accept) are ever reached.
+    """
     if text is None:
         return None
-    if text.isdigit() and text.isascii():
-        return int(text)
-    try:
-        return int(text.strip())
-    except ValueError:
+    number: int | None
+    if text.isdigit() and text.isascii() and len(text) < 19:
+        number = int(text)
+    else:
+        match = _DECIMAL.fullmatch(text)
+        number = int(match[1]) if match else None
+    if number is not None and low <= number <= high:
+        return number
+    if number == -1 and unknown:
         return None
+    problems[name] = f"{shown(text)} is not an integer from {low} to {high}"
+    return None
+
+
+#: Topic names already found valid: a DLQ names few source topics, so most records skip the pattern.
+_TOPIC_NAMES_SEEN: set[str] = set()
+_TOPIC_NAMES_KEPT = 4096
+
+
+def _topic(problems: dict[str, str], name: str, text: str | None) -> str | None:
+    """``text`` when it is a topic name Kafka accepts; else ``None``, with the problem noted."""
+    if text is None:
+        return None
+    if is_topic_name(text):
+        if len(_TOPIC_NAMES_SEEN) >= _TOPIC_NAMES_KEPT:
+            _TOPIC_NAMES_SEEN.clear()
+        _TOPIC_NAMES_SEEN.add(text)
+        return text
+    problems[name] = f"{shown(text)} is not a topic name ({TOPIC_NAME_RULE})"
+    return None
 
 
 #: The header sets in order of precedence, when a record carries several.
@@ -325,6 +420,7 @@ _DEAD_LETTER_FIELDS = (
     "partition",
     "offset",
     "error_headers",
+    "malformed_headers",
 )
 if tuple(f.name for f in fields(DeadLetterRecord)) != _DEAD_LETTER_FIELDS:  # pragma: no cover - a guard for edits
     raise ImportError("parse_dead_letter builds DeadLetterRecord field by field: update _DEAD_LETTER_FIELDS and it")
@@ -339,14 +435,29 @@ def _rank_of(name: str) -> int:
     return 1 if name.startswith(DLQ_HEADER_PREFIX) else 2
 
 
-def _either(first: str | None, *others: str | None) -> str | None:
-    """The first value that is not ``None``."""
-    if first is not None:
-        return first
-    for other in others:
-        if other is not None:
-            return other
-    return None
+def _first(get: Any, names: tuple[str, ...]) -> tuple[str, str | None]:
+    """The first of ``names`` whose value is not ``None``, and that value (the last name when none is set)."""
+    for name in names:
+        value = get(name)
+        if value is not None:
+            return name, value
+    return names[-1], None
+
+
+_TOPIC_HEADERS = (ERROR_HEADER_ORIG_TOPIC, DLQ_HEADER_TOPIC, STREAMS_HEADER_TOPIC)
+_PARTITION_HEADERS = (ERROR_HEADER_ORIG_PARTITION, DLQ_HEADER_PARTITION, STREAMS_HEADER_PARTITION)
+_OFFSET_HEADERS = (ERROR_HEADER_ORIG_OFFSET, DLQ_HEADER_OFFSET, STREAMS_HEADER_OFFSET)
+_MESSAGE_HEADERS = (ERROR_HEADER_EXCEPTION_MESSAGE, DLQ_HEADER_MESSAGE, STREAMS_HEADER_MESSAGE)
+
+
+def _pairs(headers: RawHeaders) -> Iterable[tuple[str, bytes | str | None]]:
+    if headers is None:
+        return ()
+    if isinstance(headers, Mapping):
+        return headers.items()
+    if isinstance(headers, (str, bytes, bytearray)):
+        raise TypeError(f"headers must be a list of (name, value) pairs or a mapping, not {type(headers).__name__}")
+    return headers
 
 
 def parse_dead_letter(
@@ -366,9 +477,14 @@ def parse_dead_letter(
     repeats, the last one wins: Connect appends, so the newest failure is last. When several
     sets are present, Connect's fields take precedence, then KIP-1191's, then Streams'.
 
+    Any header values give a record: invalid UTF-8 is decoded with U+FFFD, and a topic or
+    number header that Kafka would not accept leaves its field ``None`` and is named in
+    ``malformed_headers``. Only headers that are not ``(str, bytes | str | None)`` pairs
+    raise, and only ``TypeError``.
+
     The replay calls this once per record, so it reads the headers in one pass, decodes
     each error header once, and builds the frozen record without its generated ``__init__``
-    (which sets the 21 fields one ``object.__setattr__`` at a time).
+    (which sets the 22 fields one ``object.__setattr__`` at a time).
     """
     error_headers: dict[str, str | None] = {}
     original: list[Header] = []
@@ -376,25 +492,27 @@ def parse_dead_letter(
     known = _KNOWN_ERROR_HEADERS.get
     # The header set found: the lowest rank in _HEADER_SETS (Connect first), 3 for none.
     rank = 3
-    pairs: Iterable[tuple[str, bytes | str | None]] = (
-        () if headers is None else headers.items() if isinstance(headers, Mapping) else headers
-    )
-    for name, raw in pairs:
-        found = known(name)
-        if found is None:
-            if not name.startswith(_ERROR_PREFIXES):
-                keep((name, raw.encode("utf-8") if isinstance(raw, str) else raw))
-                continue
-            found = _rank_of(name)
-        if found < rank:
-            rank = found
-        if type(raw) is bytes:
-            try:
-                error_headers[name] = raw.decode()
-            except UnicodeDecodeError:
-                error_headers[name] = raw.decode("utf-8", errors="replace")
-        else:
-            error_headers[name] = _decode(raw)
+    try:
+        for name, raw in _pairs(headers):
+            found = known(name)
+            if found is None:
+                if type(name) is not str:
+                    raise TypeError(f"header name {shown(name)} is not a str")
+                if not name.startswith(_ERROR_PREFIXES):
+                    keep((name, raw if raw is None or type(raw) is bytes else _as_bytes(name, raw)))
+                    continue
+                found = _rank_of(name)
+            if found < rank:
+                rank = found
+            if type(raw) is bytes:
+                try:
+                    error_headers[name] = raw.decode()
+                except UnicodeDecodeError:
+                    error_headers[name] = raw.decode("utf-8", errors="replace")
+            else:
+                error_headers[name] = _decode(name, raw)
+    except ValueError as error:  # a pair that is not two items
+        raise TypeError(f"headers must be (name, value) pairs: {error}") from None
 
     fields_of: dict[str, Any]
     if rank == 3:
@@ -407,45 +525,58 @@ def parse_dead_letter(
         fields_of["partition"] = partition
         fields_of["offset"] = offset
         fields_of["error_headers"] = error_headers
+        fields_of["malformed_headers"] = {}
     else:
         get = error_headers.get
-        # Connect's header first; the others are looked up only when it is missing.
+        problems: dict[str, str] = {}
+        # Connect's header first, and the common case inline (plain digits short enough to be
+        # in range); the others, and any value that needs a closer look, go through the checks.
         source_topic = get(ERROR_HEADER_ORIG_TOPIC)
-        if source_topic is None:
-            source_topic = _either(get(DLQ_HEADER_TOPIC), get(STREAMS_HEADER_TOPIC))
-        source_partition = get(ERROR_HEADER_ORIG_PARTITION)
-        if source_partition is None:
-            source_partition = _either(get(DLQ_HEADER_PARTITION), get(STREAMS_HEADER_PARTITION))
-        source_offset = get(ERROR_HEADER_ORIG_OFFSET)
-        if source_offset is None:
-            source_offset = _either(get(DLQ_HEADER_OFFSET), get(STREAMS_HEADER_OFFSET))
+        if source_topic is None or source_topic not in _TOPIC_NAMES_SEEN:
+            source_topic = _topic(problems, *_first(get, _TOPIC_HEADERS))
+        text = get(ERROR_HEADER_ORIG_PARTITION)
+        if text is not None and text.isdigit() and text.isascii() and len(text) < 10:
+            source_partition: int | None = int(text)
+        else:
+            source_partition = _number(problems, *_first(get, _PARTITION_HEADERS), 0, INT32_MAX, unknown=True)
+        text = get(ERROR_HEADER_ORIG_OFFSET)
+        if text is not None and text.isdigit() and text.isascii() and len(text) < 19:
+            source_offset: int | None = int(text)
+        else:
+            source_offset = _number(problems, *_first(get, _OFFSET_HEADERS), 0, INT64_MAX, unknown=True)
         exception_class = get(ERROR_HEADER_EXCEPTION)
         if exception_class is None:
             exception_class = get(STREAMS_HEADER_EXCEPTION)
         message = get(ERROR_HEADER_EXCEPTION_MESSAGE)
         if message is None:
-            message = _either(get(DLQ_HEADER_MESSAGE), get(STREAMS_HEADER_MESSAGE))
+            message = _first(get, _MESSAGE_HEADERS)[1]
         stacktrace = get(ERROR_HEADER_EXCEPTION_STACK_TRACE)
         if stacktrace is None:
             stacktrace = get(STREAMS_HEADER_STACKTRACE)
         stage_text = get(ERROR_HEADER_STAGE)
-        task_id = get(ERROR_HEADER_TASK_ID)
+        text = get(ERROR_HEADER_TASK_ID)
+        if text is not None and text.isdigit() and text.isascii() and len(text) < 10:
+            task_id: int | None = int(text)
+        else:
+            task_id = _number(problems, ERROR_HEADER_TASK_ID, text, 0, INT32_MAX, unknown=False)
         delivery_count = get(DLQ_HEADER_DELIVERY_COUNT)
         # One literal in field order: the same dict a dataclass __init__ would fill.
         fields_of = {
             "header_set": _HEADER_SETS[rank],
             "source_topic": source_topic,
-            "source_partition": None if source_partition is None else _to_int(source_partition),
-            "source_offset": None if source_offset is None else _to_int(source_offset),
+            "source_partition": source_partition,
+            "source_offset": source_offset,
             "stage": None if stage_text is None else _STAGES.get(stage_text),
             "executing_class": get(ERROR_HEADER_EXECUTING_CLASS),
             "exception_class": exception_class,
             "exception_message": message,
             "exception_stacktrace": stacktrace,
             "connector_name": get(ERROR_HEADER_CONNECTOR_NAME),
-            "task_id": None if task_id is None else _to_int(task_id),
+            "task_id": task_id,
             "group": get(DLQ_HEADER_GROUP),
-            "delivery_count": None if delivery_count is None else _to_int(delivery_count),
+            "delivery_count": None
+            if delivery_count is None
+            else _number(problems, DLQ_HEADER_DELIVERY_COUNT, delivery_count, 1, INT16_MAX, unknown=False),
             "key": key,
             "value": value,
             "headers": tuple(original),
@@ -454,6 +585,7 @@ def parse_dead_letter(
             "partition": partition,
             "offset": offset,
             "error_headers": error_headers,
+            "malformed_headers": problems,
         }
     # The fields a dataclass __init__ would set, in one assignment; the record stays frozen.
     record: DeadLetterRecord = _new_object(DeadLetterRecord)

@@ -7,7 +7,9 @@ up to the fetch-verified end offset) and fences any older replay with the same
 (:mod:`airflow_kerr.kafka.replay_select`), and written with the replay group's offsets
 in one transaction (:mod:`airflow_kerr.kafka.replay_txn`) by a background thread while
 the next batch is read. An aborted batch is retried from the last committed offsets with
-Connect's backoff, a bounded number of times.
+Connect's backoff, a bounded number of times. Each transaction has one time budget
+(``transaction_timeout_s``); when the broker stops answering the run fails within it,
+saying what was committed.
 No Airflow imports: the operator is a thin shell around :class:`DlqReplay`.
 """
 
@@ -19,10 +21,11 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from enum import Enum
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from airflow_kerr.errors import KafkaErrorKind, backoff_delay_ms, classify_kafka_error
@@ -35,10 +38,12 @@ from airflow_kerr.kafka.replay_summary import BatchCounts, ReplayPlan, ReplaySum
 from airflow_kerr.kafka.replay_txn import (
     BackgroundWriter,
     BatchAborted,
+    BrokerUnreachable,
     ProducerLike,
     ReplayFatalError,
     TransactionalWriter,
     describe_error,
+    transactional_config,
 )
 
 #: Seconds between the replay loop's own passes of the cyclic garbage collector (paused otherwise).
@@ -210,10 +215,15 @@ class DlqReplay:
             partitions = self._check_topics(self._metadata)
             tid = self.transactional_id(partitions)
             if not o.dry_run:
+                budget = o.transaction_timeout_s
                 writer = TransactionalWriter(
-                    self.producer_factory({**self.kafka_config, "transactional.id": tid}), timeout_s=self.timeout_s
+                    self.producer_factory(transactional_config(self.kafka_config, tid, budget)),
+                    transaction_timeout_s=budget,
                 )
-                writer.init()
+                try:
+                    writer.init()
+                except BrokerUnreachable as error:
+                    raise BrokerUnreachable(f"{error}. Nothing was committed by this run.") from error
             consumer = Consumer(
                 {
                     **self.kafka_config,
@@ -263,9 +273,7 @@ class DlqReplay:
                 except ReplayFatalError as error:
                     self.log.warning("could not abort the open transaction: %s", error)
             if writer is not None:
-                close = getattr(writer.producer, "close", None)
-                if close is not None:
-                    close()
+                writer.close()
             if consumer is not None:
                 consumer.close()
             self._metadata.close()
@@ -353,7 +361,7 @@ class DlqReplay:
         def collect() -> _Written:
             """Wait for the batch in flight; on an abort, back off and rewind to the committed offsets."""
             nonlocal in_flight, attempt
-            assert background is not None and in_flight is not None
+            assert background is not None and in_flight is not None and writer is not None
             at, counts = in_flight
             in_flight = None
             try:
@@ -361,6 +369,8 @@ class DlqReplay:
                     positions.update(committed)
                     summary.status = "stopped"
                     return _Written.STOPPED
+            except BrokerUnreachable as error:
+                raise self._unreachable(error, writer, summary, committed) from error
             except BatchAborted as error:
                 attempt += 1
                 summary.aborted_batches += 1
@@ -390,6 +400,14 @@ class DlqReplay:
         gc.disable()
         try:
             while True:
+                if in_flight is not None and background is not None and background.finished:
+                    # Settle a finished batch at once: a failure (an unreachable broker) ends the run now,
+                    # not after the reader has waited out its idle timeout.
+                    written = collect()
+                    if written is _Written.STOPPED:
+                        break
+                    if written is _Written.REWOUND:
+                        continue
                 reading = any(positions[p] < ends[p] for p in plan.partitions)
                 budget = None
                 if o.max_records is not None:
@@ -451,14 +469,44 @@ class DlqReplay:
             try:
                 writer.write([], self._offsets(positions, committed), consumer.consumer_group_metadata())
                 settle(positions, pending)
+            except BrokerUnreachable as error:
+                raise self._unreachable(error, writer, summary, committed) from error
             except BatchAborted as error:
                 summary.notes.append(
                     f"the offsets of the last records, which wrote nothing, were not committed: {error}"
                 )
         if writer is not None:
             moved = {p for p, n in committed.items() if n != plan.start_offsets[p]}
-            summary.committed_offsets = self._confirm_committed(consumer, committed, moved, summary)
+            try:
+                summary.committed_offsets = self._confirm_committed(consumer, committed, moved, summary)
+            except KafkaException as error:
+                failed = BrokerUnreachable(
+                    f"the broker was unreachable: reading the replay group's offsets back failed "
+                    f"({describe_error(error)})"
+                )
+                raise self._unreachable(failed, writer, summary, committed) from error
         progress.update(summary.scanned, summary.replayed, summary.parked, summary.dropped, force=True)
+
+    def _unreachable(
+        self,
+        error: BrokerUnreachable,
+        writer: TransactionalWriter,
+        summary: ReplaySummary,
+        committed: Mapping[int, int],
+    ) -> BrokerUnreachable:
+        """The writer's account of the failure, completed with what this run committed before it."""
+        if writer.commits:
+            done = (
+                f"Committed by this run before it: {writer.commits} transactions with {summary.replayed} records "
+                f"replayed and {summary.parked} parked ({summary.scanned} DLQ records read past); the replay group "
+                f"{self.options.group_id} is at offsets {dict(sorted(committed.items()))} of {self.options.dlq_topic}"
+            )
+        else:
+            done = (
+                f"Nothing was committed by this run; the replay group {self.options.group_id} stays at offsets "
+                f"{dict(sorted(committed.items()))} of {self.options.dlq_topic}"
+            )
+        return BrokerUnreachable(f"{error}. {done}; the next run continues from there.")
 
     def _offsets(self, positions: Mapping[int, int], committed: Mapping[int, int]) -> list[TopicPartition]:
         return [TopicPartition(self.options.dlq_topic, p, n) for p, n in positions.items() if n != committed[p]]
@@ -518,7 +566,12 @@ class DlqReplay:
             if offset >= ends[partition]:
                 next_positions[partition] = ends[partition]
                 continue
-            headers = message.headers() or []
+            try:
+                headers = message.headers() or []
+            except Exception as error:  # header names that are not UTF-8: the client cannot decode them
+                headers, unreadable = [], error
+            else:
+                unreadable = None
             kind, ts = message.timestamp()
             letter = parse(
                 headers,
@@ -529,6 +582,9 @@ class DlqReplay:
                 offset=offset,
                 timestamp=ts if kind and ts >= 0 else None,
             )
+            if unreadable is not None:
+                problem = f"the record's headers cannot be read ({describe_error(unreadable)}); parked without them"
+                letter = replace(letter, malformed_headers={"headers": problem})
             if matches is None or matches(letter):
                 if selected == limit:
                     break

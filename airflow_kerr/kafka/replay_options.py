@@ -3,11 +3,17 @@
 Every problem is collected and reported at once, each naming the key, the value and what
 is accepted, so an on-call person fixes the form in one go; nothing here talks to Kafka
 (topic existence is checked by the engine before the first record is read).
+
+Whatever a value is (a list where a string belongs, an integer past Python's 4,300-digit
+limit, ``nan``, a set of mixed types, a regular expression nested too deep for the
+compiler), :meth:`ReplayOptions.build` returns valid options or raises
+:class:`InvalidReplayOptions`, and never lets an unusable value through as if it were unset.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,13 +21,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_kerr.errors import Stage
+from airflow_kerr.errors.dead_letter import INT64_MAX, TOPIC_NAME_RULE, is_topic_name, shown
 from airflow_kerr.kafka.replay_select import DEFAULT_MAX_REPLAYS, PARKING_SUFFIX, FixFn, Selection
+from airflow_kerr.kafka.replay_txn import (
+    DEFAULT_TRANSACTION_TIMEOUT_S,
+    MAX_TRANSACTION_TIMEOUT_S,
+    MIN_TRANSACTION_TIMEOUT_S,
+)
 from airflow_kerr.spark.spec import import_callable
 
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 MAX_BATCH_SIZE = 100_000
 #: Records per transaction: a transaction costs a few round trips, so fewer, larger ones replay faster.
 DEFAULT_BATCH_SIZE = 1000
+#: The latest time accepted (9999-12-31T23:59:59.999Z in epoch milliseconds), the end of ``datetime``'s range.
+MAX_TIME_MS = 253_402_300_799_999
+#: Kafka's protocol limit for a string such as a group id, in UTF-8 bytes.
+MAX_GROUP_ID_BYTES = 32_767
+_INT_RANGE = re.compile(r"\s*(-?[0-9]{1,20})\s*", re.ASCII)
+_DECIMAL = re.compile(r"\s*[+-]?([0-9]{1,30}(\.[0-9]{0,30})?|\.[0-9]{1,30})([eE][+-]?[0-9]{1,4})?\s*", re.ASCII)
+_LISTS = (list, tuple, set, frozenset)
 
 
 class InvalidReplayOptions(ValueError):
@@ -49,6 +67,9 @@ class ReplayOptions:
     dry_run: bool = False
     batch_size: int = DEFAULT_BATCH_SIZE
     progress_interval_s: float = 5.0
+    #: The budget of one transaction, from its begin to its commit, retries included; also the
+    #: producer's ``transaction.timeout.ms``. An unreachable broker fails the run after about this long.
+    transaction_timeout_s: float = DEFAULT_TRANSACTION_TIMEOUT_S
     fix: FixFn | None = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -75,8 +96,16 @@ class ReplayOptions:
         dry_run: Any = False,
         batch_size: Any = DEFAULT_BATCH_SIZE,
         progress_interval_s: Any = 5.0,
+        transaction_timeout_s: Any = DEFAULT_TRANSACTION_TIMEOUT_S,
     ) -> ReplayOptions:
-        """Validate raw values (None and "" mean unset); raise :class:`InvalidReplayOptions` listing every problem."""
+        """Validate raw values (None and "" mean unset); raise :class:`InvalidReplayOptions` listing every problem.
+
+        Accepted: topic names by Kafka's rule; integers as int, integral float or decimal text
+        (ASCII digits), within the key's range (offsets and counts up to int64); numbers as
+        finite int, float or decimal text; times as epoch milliseconds (0 to :data:`MAX_TIME_MS`),
+        a ``datetime`` or ISO-8601 text (naive means UTC); lists as a list, tuple or set, or
+        comma-separated text, every item set; ``transaction_timeout_s`` from 1 to 900 seconds.
+        """
         p: list[str] = []
         dlq = _topic(p, "dlq_topic", dlq_topic, required=True) or ""
         target = _topic(p, "target_topic", target_topic)
@@ -95,9 +124,11 @@ class ReplayOptions:
         start_ms, end_ms = _time(p, "start_time", start_time), _time(p, "end_time", end_time)
         if start_ms is not None and end_ms is not None and start_ms >= end_ms:
             p.append(
-                f"start_time={start_time!r}, end_time={end_time!r}: inverted or empty range; start must be earlier"
+                f"start_time={shown(start_time)}, end_time={shown(end_time)}: inverted or empty range; "
+                "start must be earlier"
             )
-        first, last = _int(p, "start_offset", start_offset, 0), _int(p, "end_offset", end_offset, 0)
+        first = _int(p, "start_offset", start_offset, 0, INT64_MAX)
+        last = _int(p, "end_offset", end_offset, 0, INT64_MAX)
         if first is not None and last is not None and first >= last:
             p.append(f"start_offset={first}, end_offset={last}: inverted or empty range; expected start < end")
 
@@ -116,28 +147,44 @@ class ReplayOptions:
         if fix_path:
             try:
                 fix_fn = import_callable(fix_path)
-            except ImportError as error:
-                p.append(f"fix={fix_path!r}: {error}; expected the dotted path of a function record -> record or None")
+            except Exception as error:  # importing runs the module: any error of it means "cannot use this"
+                p.append(
+                    f"fix={shown(fix_path)}: {_reason(error)}; expected the dotted path of a function "
+                    "record -> record or None"
+                )
 
         options = cls(
             dlq_topic=dlq,
-            group_id=_str(p, "replay_group", replay_group) or f"kerr-replay.{dlq}",
+            group_id=_group(p, replay_group) or f"kerr-replay.{dlq}",
             parking_topic=parking,
             selection=selection,
             fix_path=fix_path,
             target_topic=target,
             target_allowlist=allowlist,
-            max_replays=_int(p, "max_replays", max_replays, 1) or DEFAULT_MAX_REPLAYS,
+            max_replays=_int(p, "max_replays", max_replays, 1, INT64_MAX) or DEFAULT_MAX_REPLAYS,
             max_records_per_second=_positive(p, "max_records_per_second", max_records_per_second),
-            max_records=_int(p, "max_records", max_records, 1),
+            max_records=_int(p, "max_records", max_records, 1, INT64_MAX),
             dry_run=_bool(p, "dry_run", dry_run),
             batch_size=_int(p, "batch_size", batch_size, 1, MAX_BATCH_SIZE) or DEFAULT_BATCH_SIZE,
             progress_interval_s=_positive(p, "progress_interval_s", progress_interval_s) or 5.0,
+            transaction_timeout_s=_seconds(
+                p, "transaction_timeout_s", transaction_timeout_s, MIN_TRANSACTION_TIMEOUT_S, MAX_TRANSACTION_TIMEOUT_S
+            )
+            or DEFAULT_TRANSACTION_TIMEOUT_S,
             fix=fix_fn,
         )
         if p:
             raise InvalidReplayOptions(p)
         return options
+
+
+def _reason(error: BaseException, limit: int = 200) -> str:
+    """``Class: message`` of an error raised while checking a value, cut to ``limit`` characters."""
+    try:
+        text = f"{type(error).__name__}: {error}"
+    except Exception:  # a message that cannot be made text (it holds a huge integer, say)
+        text = type(error).__name__
+    return text if len(text) <= limit else f"{text[: limit - 1]}\u2026"
 
 
 def _unset(value: Any) -> bool:
@@ -146,12 +193,20 @@ def _unset(value: Any) -> bool:
 
 
 def _str(p: list[str], key: str, value: Any) -> str | None:
+    """Text, or a number given for text (a native template renders the text "123" as a number)."""
     if _unset(value):
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)  # a native template renders the text "123" as a number
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**249:
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(value)
     if not isinstance(value, str):
-        p.append(f"{key}={value!r}: expected a string")
+        p.append(f"{key}={shown(value)}: expected a string")
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        p.append(f"{key}={shown(value)}: expected text that UTF-8 can encode (it holds a lone surrogate)")
         return None
     return value.strip()
 
@@ -160,39 +215,44 @@ def _topic(p: list[str], key: str, value: Any, *, required: bool = False) -> str
     name = _str(p, key, value)
     if name is None:
         if required and _unset(value):
-            p.append(f"{key}={value!r}: required, a topic name")
+            p.append(f"{key}={shown(value)}: required, a topic name")
         return None
-    if not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
-        p.append(f"{key}={name!r}: not a valid topic name (1-249 of letters, digits, '.', '_', '-')")
+    if not is_topic_name(name):
+        p.append(f"{key}={shown(name)}: not a valid topic name ({TOPIC_NAME_RULE})")
         return None
     return name
 
 
-def _topics(p: list[str], key: str, value: Any) -> list[str]:
+def _items(p: list[str], key: str, value: Any, what: str) -> list[Any]:
+    """A list setting's items: a list, tuple or set, or comma-separated text. An empty item is a problem.
+
+    An empty item is most likely a blank line in the form; read as "no filter" it would
+    replay everything, so it is reported instead.
+    """
     if _unset(value):
         return []
     items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple, set, frozenset)):
-        p.append(f"{key}={value!r}: expected a list of topic names")
+    if not isinstance(items, _LISTS):
+        p.append(f"{key}={shown(value)}: expected a list of {what}")
         return []
-    names = [_topic(p, key, item) for item in items if not _unset(item)]
+    if any(_unset(item) for item in items):
+        p.append(f"{key}={shown(value)}: an item is empty; expected a list of {what}, every item set")
+    return [item for item in items if not _unset(item)]
+
+
+def _topics(p: list[str], key: str, value: Any) -> list[str]:
+    names = [_topic(p, key, item) for item in _items(p, key, value, "topic names")]
     return [name for name in names if name]
 
 
 def _stages(p: list[str], value: Any) -> list[Stage]:
-    if _unset(value):
-        return []
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple, set, frozenset)):
-        p.append(f"stages={value!r}: expected a list of stage names")
-        return []
     found: list[Stage] = []
-    for item in items:
-        text = item.strip() if isinstance(item, str) else item
-        if text in Stage.__members__:
+    for item in _items(p, "stages", value, "stage names"):
+        text = item.strip() if isinstance(item, str) else None
+        if text is not None and text in Stage.__members__:
             found.append(Stage(text))
-        elif not _unset(text):
-            p.append(f"stages: {text!r} is not a stage; accepted: {', '.join(Stage.__members__)}")
+        else:
+            p.append(f"stages: {shown(item)} is not a stage; accepted: {', '.join(Stage.__members__)}")
     return found
 
 
@@ -202,35 +262,60 @@ def _regex(p: list[str], key: str, value: Any) -> re.Pattern[str] | None:
         return None
     try:
         return re.compile(text)
-    except re.error as error:
-        p.append(f"{key}={text!r}: not a valid regular expression ({error})")
+    except (re.error, OverflowError, RecursionError, ValueError) as error:
+        p.append(f"{key}={shown(text)}: not a valid regular expression ({_reason(error)})")
         return None
 
 
-def _int(p: list[str], key: str, value: Any, minimum: int, maximum: int | None = None) -> int | None:
+def _int(p: list[str], key: str, value: Any, minimum: int, maximum: int) -> int | None:
+    """An integer in ``[minimum, maximum]`` from an int, an integral float or ASCII decimal text."""
     if _unset(value):
         return None
     number: int | None = None
-    integral_float = isinstance(value, float) and value.is_integer()
-    digits = isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value) is not None
-    if (isinstance(value, int) and not isinstance(value, bool)) or integral_float or digits:
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
         number = int(value)
-    bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-    if number is None or number < minimum or (maximum is not None and number > maximum):
-        p.append(f"{key}={value!r}: expected an integer {bound}")
+    elif isinstance(value, str):
+        match = _INT_RANGE.fullmatch(value)
+        number = int(match[1]) if match else None
+    if number is None or not minimum <= number <= maximum:
+        bound = f">= {minimum}" if maximum == INT64_MAX else f"between {minimum} and {maximum}"
+        p.append(f"{key}={shown(value)}: expected an integer {bound}")
         return None
     return number
+
+
+def _real(value: Any) -> float | None:
+    """A finite float from an int, a float or ASCII decimal text; ``None`` for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return float(value) if abs(value) < 10**300 else None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    return None
 
 
 def _positive(p: list[str], key: str, value: Any) -> float | None:
     if _unset(value):
         return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = float("nan")
-    if isinstance(value, bool) or not 0 < number < float("inf"):
-        p.append(f"{key}={value!r}: expected a positive number")
+    number = _real(value)
+    if number is None or number <= 0:
+        p.append(f"{key}={shown(value)}: expected a positive number")
+        return None
+    return number
+
+
+def _seconds(p: list[str], key: str, value: Any, minimum: float, maximum: float) -> float | None:
+    if _unset(value):
+        return None
+    number = _real(value)
+    if number is None or not minimum <= number <= maximum:
+        p.append(f"{key}={shown(value)}: expected a number of seconds between {minimum:g} and {maximum:g}")
         return None
     return number
 
@@ -240,31 +325,58 @@ def _bool(p: list[str], key: str, value: Any) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    p.append(f"{key}={value!r}: expected true or false")
+    p.append(f"{key}={shown(value)}: expected true or false")
     return False
 
 
+def _group(p: list[str], value: Any) -> str | None:
+    group = _str(p, "replay_group", value)
+    if group is not None and len(group.encode("utf-8")) > MAX_GROUP_ID_BYTES:
+        p.append(f"replay_group={shown(group)}: longer than Kafka's {MAX_GROUP_ID_BYTES} bytes for a group id")
+        return None
+    return group
+
+
+_TIME_ACCEPTED = (
+    "expected an ISO-8601 date-time (2026-01-31T12:00:00+00:00) or epoch milliseconds from 0 to "
+    f"{MAX_TIME_MS} (9999-12-31)"
+)
+
+
 def _time(p: list[str], key: str, value: Any) -> int | None:
-    """Epoch milliseconds from an int (ms), a datetime, or an ISO-8601 string (naive means UTC)."""
+    """Epoch milliseconds from an int or integral float (ms), a datetime, or ISO-8601 text (naive means UTC)."""
     if _unset(value):
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
-    moment: datetime | None = value if isinstance(value, datetime) else None
-    if isinstance(value, str):
+    ms: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        ms = value
+    elif isinstance(value, float) and value.is_integer():
+        ms = int(value)
+    elif isinstance(value, datetime):
+        ms = _epoch_ms(value)
+    elif isinstance(value, str):
         text = value.strip()
-        if re.fullmatch(r"\d+", text):
-            return int(text)
-        try:
-            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            moment = None
-    if moment is None:
-        p.append(f"{key}={value!r}: expected an ISO-8601 date-time (2026-01-31T12:00:00+00:00) or epoch milliseconds")
+        if re.fullmatch(r"[0-9]{1,20}", text, re.ASCII):
+            ms = int(text)
+        else:
+            try:
+                ms = _epoch_ms(datetime.fromisoformat(text.replace("Z", "+00:00")))
+            except ValueError:
+                ms = None
+    if ms is None or not 0 <= ms <= MAX_TIME_MS:
+        p.append(f"{key}={shown(value)}: {_TIME_ACCEPTED}")
         return None
+    return ms
+
+
+def _epoch_ms(moment: datetime) -> int | None:
+    """Milliseconds since the epoch; ``None`` when the moment is outside what the platform can convert."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    try:
+        return int(moment.timestamp() * 1000)
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 def _header_match(p: list[str], value: Any) -> dict[str, str]:
@@ -273,14 +385,22 @@ def _header_match(p: list[str], value: Any) -> dict[str, str]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
-            p.append(f"header_match={value!r}: expected a JSON object of header name to value")
+        except (ValueError, RecursionError):
+            p.append(f"header_match={shown(value)}: expected a JSON object of header name to value")
             return {}
     if not isinstance(value, Mapping) or not all(isinstance(k, str) and k for k in value):
-        p.append(f"header_match={value!r}: expected an object of header name to value")
+        p.append(f"header_match={shown(value)}: expected an object of header name (non-empty text) to value")
         return {}
-    bad = {k: v for k, v in value.items() if not isinstance(v, (str, int, float)) or isinstance(v, bool)}
-    if bad:
-        p.append(f"header_match={value!r}: values must be strings (the header's UTF-8 text); not {bad!r}")
-        return {}
-    return {k: str(v) for k, v in value.items()}
+    found: dict[str, str] = {}
+    for name, text in value.items():
+        whole = isinstance(text, int) and not isinstance(text, bool) and abs(text) <= INT64_MAX
+        if isinstance(text, str):
+            found[name] = text
+        elif whole or (isinstance(text, float) and math.isfinite(text)):
+            found[name] = str(text)
+        else:
+            p.append(
+                f"header_match: header {shown(name)} has value {shown(text)}; expected the header's UTF-8 text "
+                "(a string, or a number up to int64)"
+            )
+    return found if len(found) == len(value) else {}

@@ -16,6 +16,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from airflow_kerr.errors import DeadLetterRecord, Header, Stage, exception_class_name, exception_message
+from airflow_kerr.errors.dead_letter import INT64_MAX, TOPIC_NAME_RULE, is_topic_name, shown
 
 LINEAGE_PREFIX = "__kerr.replay."
 HEADER_REPLAY_COUNT = LINEAGE_PREFIX + "count"
@@ -26,6 +27,9 @@ HEADER_PARKED_REASON = LINEAGE_PREFIX + "parked.reason"
 #: Replays of one record before it is parked instead of replayed again.
 DEFAULT_MAX_REPLAYS = 3
 PARKING_SUFFIX = ".parked"
+#: Longest parked-reason text: a fix's exception message may quote a whole record, and the reason
+#: header must never make the parked record too large to write (which would stop the replay).
+MAX_REASON_CHARS = 1000
 
 
 class Action(StrEnum):
@@ -44,11 +48,15 @@ class Action(StrEnum):
 class ParkReason(StrEnum):
     """Why a selected record was parked; the reason header starts with this name."""
 
+    #: An error-context header the replay would rely on is garbage (see ``DeadLetterRecord.malformed_headers``).
+    MALFORMED_HEADERS = "malformed_headers"
     MAX_REPLAYS = "max_replays"
     NO_SOURCE_TOPIC = "no_source_topic"
     NO_CONTENT = "no_content"
     FIX_FAILED = "fix_failed"
     FORBIDDEN_TARGET = "forbidden_target"
+    #: The target (from a fix or the override) is not a name Kafka accepts for a topic.
+    INVALID_TARGET = "invalid_target"
     TARGET_NOT_ALLOWED = "target_not_allowed"
     UNKNOWN_TARGET = "unknown_target"
 
@@ -155,7 +163,13 @@ class ReplayPolicy:
     topic_exists: Callable[[str], bool] = field(default=lambda topic: True)
 
     def forbidden_reason(self, topic: str) -> tuple[ParkReason, str] | None:
-        """Why replay must never write to ``topic``, or ``None`` when it may."""
+        """Why replay must never write to ``topic``, or ``None`` when it may.
+
+        The name is checked first: librdkafka refuses to create a topic object for an invalid
+        name (a ``RuntimeError`` from the metadata look-up), which would end the whole run.
+        """
+        if not is_topic_name(topic):
+            return ParkReason.INVALID_TARGET, f"target {shown(topic)} is not a topic name ({TOPIC_NAME_RULE})"
         if topic.startswith("__"):
             return ParkReason.FORBIDDEN_TARGET, f"target {topic!r} is an internal topic (starts with '__')"
         if topic in (self.dlq_topic, self.parking_topic):
@@ -188,11 +202,15 @@ class ReplayPolicy:
 
 @dataclass(slots=True)
 class Decision:
-    """The outcome for one selected record: the record to write (replay or park), or a drop."""
+    """The outcome for one selected record: the record to write (replay or park), or a drop.
+
+    ``detail`` says why a record is parked (the text after the reason in its reason header).
+    """
 
     action: Action
     record: ReplayRecord | None = None
     reason: ParkReason | None = None
+    detail: str | None = None
 
 
 def replay_count(headers: Sequence[Header]) -> int:
@@ -217,8 +235,16 @@ def _split_lineage(headers: Sequence[Header]) -> tuple[list[Header], int]:
 
 
 def decide(letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: ReplayPolicy) -> Decision:
-    """Replay, drop or park one selected record; ``raw_headers`` are the DLQ record's headers as read."""
+    """Replay, drop or park one selected record; ``raw_headers`` are the DLQ record's headers as read.
+
+    Whatever the record carries, the outcome is a decision, never an exception: a record whose
+    error headers are garbage, whose fix raised or returned something unusable, or whose target
+    may not or cannot be written is parked with the reason.
+    """
     headers, count = _split_lineage(letter.headers)
+    if letter.malformed_headers:
+        detail = "; ".join(f"{name}: {problem}" for name, problem in letter.malformed_headers.items())
+        return _park(letter, raw_headers, policy, ParkReason.MALFORMED_HEADERS, detail, count)
     if count >= policy.max_replays:
         return _park(letter, raw_headers, policy, ParkReason.MAX_REPLAYS, f"replayed {count} times already", count)
     target = policy.target_topic or letter.source_topic
@@ -237,16 +263,48 @@ def decide(letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: Repl
             return _park(letter, raw_headers, policy, ParkReason.FIX_FAILED, detail, count)
         if record is None:
             return Decision(Action.DROP)
-        if not isinstance(record, ReplayRecord):
-            detail = f"the fix returned {type(record).__name__}, expected a ReplayRecord or None"
-            return _park(letter, raw_headers, policy, ParkReason.FIX_FAILED, detail, count)
-        record.headers = _split_lineage(record.headers)[0]
+        problem = _unusable(record)
+        if problem is not None:
+            return _park(letter, raw_headers, policy, ParkReason.FIX_FAILED, problem, count)
+        record.headers = _split_lineage(list(record.headers))[0]
     assert record is not None
     refused = policy.refusal(record.topic)
     if refused is not None:
         return _park(letter, raw_headers, policy, refused[0], refused[1], count)
     record.headers += _lineage(letter, policy, count + 1)
     return Decision(Action.REPLAY, record)
+
+
+def _unusable(record: object) -> str | None:
+    """What makes a fix's result impossible to produce, or ``None``: caught here, it parks one record.
+
+    Left to the producer, a wrong type would raise inside the transaction and end the run.
+    A text key or value is encoded here as UTF-8 (as the producer would), so one that cannot
+    be encoded parks the record too.
+    """
+    if not isinstance(record, ReplayRecord):
+        return f"the fix returned {type(record).__name__}, expected a ReplayRecord or None"
+    if not isinstance(record.topic, str):
+        return f"the fix returned a topic of type {type(record.topic).__name__}, expected str"
+    for name in ("key", "value"):
+        part = getattr(record, name)
+        if isinstance(part, str):
+            try:
+                setattr(record, name, part.encode("utf-8"))
+            except UnicodeEncodeError as error:
+                return f"the fix returned a {name} that is not UTF-8 text: {error}"
+        elif part is not None and not isinstance(part, bytes):
+            return f"the fix returned a {name} of type {type(part).__name__}, expected bytes or None"
+    timestamp = record.timestamp
+    if timestamp is not None and (type(timestamp) is not int or not 0 <= timestamp <= INT64_MAX):
+        return f"the fix returned timestamp={shown(timestamp)}, expected None or epoch milliseconds (an int >= 0)"
+    headers = record.headers
+    if not isinstance(headers, (list, tuple)) or not all(
+        isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str) and (h[1] is None or isinstance(h[1], bytes))
+        for h in headers
+    ):
+        return f"the fix returned headers={shown(headers)}, expected a list of (str, bytes or None) pairs"
+    return None
 
 
 #: ``__kerr.replay.count`` headers for the counts a replay writes most, built once.
@@ -274,7 +332,10 @@ def _park(
     Its count stays as it was (it was not replayed); like a replayed record it gets a new timestamp,
     so retention keeps it for the people who will look at it.
     """
+    if len(detail) > MAX_REASON_CHARS:
+        detail = f"{detail[: MAX_REASON_CHARS - 1]}\u2026"
     headers = _split_lineage(raw_headers)[0] + _lineage(letter, policy, count)
-    headers.append((HEADER_PARKED_REASON, f"{reason}: {detail}".encode()))
+    # backslashreplace: an exception message may hold lone surrogates, which UTF-8 cannot encode.
+    headers.append((HEADER_PARKED_REASON, f"{reason}: {detail}".encode("utf-8", errors="backslashreplace")))
     parked = ReplayRecord(policy.parking_topic, letter.key, letter.value, headers, letter)
-    return Decision(Action.PARK, parked, reason)
+    return Decision(Action.PARK, parked, reason, detail)

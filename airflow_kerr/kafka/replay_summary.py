@@ -16,6 +16,8 @@ from airflow_kerr.kafka.replay_select import Action, Decision, ParkReason
 
 #: A breakdown key: action, topic written to (None for a drop), stage, exception class, park reason.
 BreakdownKey = tuple[Action, str | None, Stage | None, str | None, ParkReason | None]
+#: Parked records a summary describes one by one (``dlq/partition/offset: reason: detail``); the rest are counted.
+MAX_PARK_EXAMPLES = 10
 
 
 @dataclass
@@ -59,8 +61,11 @@ class ReplaySummary:
     committed_offsets: dict[int, int] = field(default_factory=dict)
     breakdown: Counter[BreakdownKey] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
+    #: The first parked records (or, in a dry run, those that would be parked) with why, for the log and XCom.
+    park_examples: list[str] = field(default_factory=list)
 
     def add(self, counts: BatchCounts) -> None:
+        self.park_examples.extend(counts.park_examples[: MAX_PARK_EXAMPLES - len(self.park_examples)])
         self.scanned += counts.scanned
         self.skipped += counts.scanned - counts.selected
         self.selected += counts.selected
@@ -96,20 +101,26 @@ class BatchCounts:
     scanned: int = 0
     selected: int = 0
     breakdown: Counter[BreakdownKey] = field(default_factory=Counter)
+    park_examples: list[str] = field(default_factory=list)
 
     def merge(self, other: BatchCounts) -> None:
         self.scanned += other.scanned
         self.selected += other.selected
         self.breakdown.update(other.breakdown)
+        self.park_examples.extend(other.park_examples[: MAX_PARK_EXAMPLES - len(self.park_examples)])
 
     def clear(self) -> None:
         self.scanned = self.selected = 0
         self.breakdown.clear()
+        self.park_examples.clear()
 
     def count(self, decision: Decision, letter: DeadLetterRecord) -> None:
         """Count one selected record (``selected`` and ``scanned`` are set by the caller's loop)."""
         topic = decision.record.topic if decision.record is not None else None
         self.breakdown[(decision.action, topic, letter.stage, letter.exception_class, decision.reason)] += 1
+        if decision.action is Action.PARK and len(self.park_examples) < MAX_PARK_EXAMPLES:
+            where = f"{letter.topic}/{letter.partition}/{letter.offset}"
+            self.park_examples.append(f"{where}: {decision.reason}: {decision.detail}")
 
 
 def partition_ranges(partitions: Sequence[int]) -> str:

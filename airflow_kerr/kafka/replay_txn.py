@@ -11,13 +11,25 @@ group's offsets commit together or not at all. Client errors are classified by t
 - retriable: retry the same call, a bounded number of times;
 - a timeout inside ``commit_transaction`` (commit outcome unknown): retry the commit, which
   librdkafka makes idempotent; never abort once a commit began.
+
+One budget bounds each transaction (``transaction_timeout_s``, from ``begin_transaction``
+to the commit, retries included) and ``init_transactions``: every call is given the time
+left of it as its timeout, and a retriable error is retried only while time is left. When
+the budget runs out the broker is taken as unreachable: the open transaction is aborted
+with a short, bounded wait (:func:`abort_grace_s`; never once its commit began) and
+:class:`BrokerUnreachable` raised. librdkafka ends a request that gets no answer only at
+its request timeout, whatever timeout the call was given (``send_offsets_to_transaction``
+waited 60 s with a 3 s timeout), so the engine also sets the producer's
+``transaction.timeout.ms``, from which librdkafka derives that request timeout, to the
+budget (:func:`transactional_config`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -46,8 +58,42 @@ class ProducerLike(Protocol):
     def abort_transaction(self, timeout: float = ...) -> None: ...
 
 
+#: Default of the per-transaction budget: librdkafka's default ``transaction.timeout.ms``.
+DEFAULT_TRANSACTION_TIMEOUT_S = 60.0
+#: Kafka's bounds for ``transaction.timeout.ms`` (librdkafka's minimum; the broker's default maximum).
+MIN_TRANSACTION_TIMEOUT_S = 1.0
+MAX_TRANSACTION_TIMEOUT_S = 900.0
+#: The longest wait for the abort that follows an exhausted budget: the broker did not answer for a
+#: whole budget, so waiting long again only delays the failure (the coordinator aborts it anyway).
+ABORT_GRACE_S = 5.0
+
+
+def abort_grace_s(budget_s: float) -> float:
+    """The abort's wait after an exhausted budget: a quarter of the budget, from 1 s up to :data:`ABORT_GRACE_S`."""
+    return min(ABORT_GRACE_S, max(1.0, budget_s / 4))
+
+
+def transactional_config(kafka_config: Mapping[str, Any], transactional_id: str, budget_s: float) -> dict[str, Any]:
+    """The producer's settings: ``transactional.id``, and ``transaction.timeout.ms`` set to the budget.
+
+    librdkafka derives its request and delivery timeouts from ``transaction.timeout.ms``; a
+    ``socket.timeout.ms`` or ``message.timeout.ms`` set in the connection is capped so that
+    librdkafka accepts the pair (it refuses either above the transaction timeout).
+    """
+    budget_ms = round(budget_s * 1000)
+    config = {**kafka_config, "transactional.id": transactional_id, "transaction.timeout.ms": budget_ms}
+    for key, cap in (("socket.timeout.ms", budget_ms - 100), ("message.timeout.ms", budget_ms)):
+        if key in config and int(config[key]) > cap:
+            config[key] = max(cap, 10)
+    return config
+
+
 class ReplayFatalError(RuntimeError):
     """The transactional producer cannot go on (fenced, unauthorized, unsupported, commit outcome unknown)."""
+
+
+class BrokerUnreachable(ReplayFatalError):
+    """A transactional call got no answer within the transaction budget: the run fails, saying what was committed."""
 
 
 class BatchAborted(RuntimeError):
@@ -56,6 +102,15 @@ class BatchAborted(RuntimeError):
 
 class _AbortRequired(Exception):
     def __init__(self, call: str, error: BaseException) -> None:
+        super().__init__(call)
+        self.call = call
+        self.error = error
+
+
+class _OutOfTime(Exception):
+    """The budget ran out in ``call``; ``error`` is the last retriable error seen, if any."""
+
+    def __init__(self, call: str, error: BaseException | None) -> None:
         super().__init__(call)
         self.call = call
         self.error = error
@@ -90,34 +145,61 @@ def _send(produce: Callable[..., Any], record: ReplayRecord) -> None:
 class TransactionalWriter:
     """Writes batches in transactions that also commit the consumer group's offsets.
 
+    ``transaction_timeout_s`` is the budget of one transaction (and of ``init_transactions``);
     ``call_attempts`` bounds retries of a retriable call and ``commit_attempts`` retries of
-    a commit whose outcome is unknown; ``retry_wait_s`` is the pause between them.
+    a commit whose outcome is unknown, both within the budget; ``retry_wait_s`` is the pause
+    between them.
     """
 
     def __init__(
         self,
         producer: ProducerLike,
         *,
-        timeout_s: float = 30.0,
+        transaction_timeout_s: float = DEFAULT_TRANSACTION_TIMEOUT_S,
         call_attempts: int = 5,
         commit_attempts: int = 5,
         retry_wait_s: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.producer = producer
-        self.timeout_s = timeout_s
+        self.transaction_timeout_s = transaction_timeout_s
         self.call_attempts = call_attempts
         self.commit_attempts = commit_attempts
         self.retry_wait_s = retry_wait_s
         self._sleep = sleep
+        self._clock = clock
+        self._deadline = math.inf
         self.in_transaction = False
         self.commits = 0
         self.aborts = 0
         self.commit_retries = 0
+        #: Set once a call ran out of budget: the producer may still hold an unfinished transaction.
+        self.unreachable = False
+
+    def close(self) -> None:
+        """Close the producer; after an unreachable broker, purge it and leave it to be freed instead.
+
+        ``Producer.close`` aborts an open transaction and flushes, waiting without limit: with the
+        broker gone it would hang the failing task. Freeing the client (``rd_kafka_destroy``) does
+        not wait; the coordinator aborts the transaction after ``transaction.timeout.ms``.
+        """
+        if self.unreachable:
+            purge = getattr(self.producer, "purge", None)
+            if purge is not None:
+                purge(blocking=False)
+            return
+        close = getattr(self.producer, "close", None)
+        if close is not None:
+            close()
 
     def init(self) -> None:
         """``init_transactions``: fences an older producer with the same ``transactional.id``."""
-        self._call("init_transactions", self.producer.init_transactions, self.timeout_s)
+        self._deadline = self._clock() + self.transaction_timeout_s
+        try:
+            self._call("init_transactions", self.producer.init_transactions)
+        except _OutOfTime as out:
+            raise self._unreachable(out, "nothing was written") from out.error
 
     def write(
         self,
@@ -126,21 +208,30 @@ class TransactionalWriter:
         group_metadata: Any,
         pace: Callable[[], bool] | None = None,
     ) -> bool:
-        """Write one batch and commit ``offsets`` for the group in the same transaction.
+        """Write one batch and commit ``offsets`` for the group in the same transaction, within the budget.
 
         ``pace`` is called before each record and returns False to stop: the open
-        transaction is then aborted and False returned, so nothing is half-committed.
-        Raises :class:`BatchAborted` after aborting on an abortable error, and
-        :class:`ReplayFatalError` on a fatal one.
+        transaction is then aborted and False returned, so nothing is half-committed. Its
+        waits do not count against the budget.
+        Raises :class:`BatchAborted` after aborting on an abortable error,
+        :class:`BrokerUnreachable` when the budget ran out, and :class:`ReplayFatalError`
+        on a fatal error.
         """
+        self._deadline = self._clock() + self.transaction_timeout_s
+        committing = False
         try:
-            self._call("begin_transaction", self.producer.begin_transaction)
+            self._call("begin_transaction", self.producer.begin_transaction, timed=False)
             self.in_transaction = True
             produce = self.producer.produce
             for record in records:
-                if pace is not None and not pace():
-                    self.abort()
-                    return False
+                if pace is not None:
+                    # Waiting for the rate limiter is not waiting for the broker: it does not use up the budget.
+                    paced = self._clock()
+                    carry_on = pace()
+                    self._deadline += self._clock() - paced
+                    if not carry_on:
+                        self.abort()
+                        return False
                 try:
                     if record.timestamp is None:
                         produce(record.topic, record.value, record.key, headers=record.headers)
@@ -149,32 +240,69 @@ class TransactionalWriter:
                 except Exception as error:
                     self._produce_failed(record, error)
             self._call(
-                "send_offsets_to_transaction",
-                self.producer.send_offsets_to_transaction,
-                list(offsets),
-                group_metadata,
-                self.timeout_s,
+                "send_offsets_to_transaction", self.producer.send_offsets_to_transaction, list(offsets), group_metadata
             )
+            committing = True
             self._commit()
         except _AbortRequired as required:
             cause = f"{required.call} failed with an abortable error: {describe_error(required.error)}"
             log.warning("%s; aborting the transaction", cause)
             self.abort()
             raise BatchAborted(cause) from required.error
+        except _OutOfTime as out:
+            if committing:
+                raise self._unreachable(
+                    out,
+                    "the outcome of this batch's commit is unknown; it was not aborted: the next run's "
+                    "init_transactions settles it",
+                ) from out.error
+            raise self._unreachable(out, self._abort_in_grace()) from out.error
         return True
 
     def abort(self) -> None:
-        """Abort the open transaction, if any (retrying a retriable failure of the abort itself)."""
+        """Abort the open transaction, if any, within the time left (retrying a retriable failure of the abort)."""
         if not self.in_transaction:
             return
-        self._call("abort_transaction", self.producer.abort_transaction, self.timeout_s, abortable_is_fatal=True)
+        self._deadline = max(self._deadline, self._clock() + abort_grace_s(self.transaction_timeout_s))
+        try:
+            self._call("abort_transaction", self.producer.abort_transaction, abortable_is_fatal=True)
+        except _OutOfTime as out:
+            raise self._unreachable(out, "the open transaction could not be aborted either") from out.error
         self.in_transaction = False
         self.aborts += 1
 
+    def _abort_in_grace(self) -> str:
+        """After the budget ran out: one abort bounded by :func:`abort_grace_s`; what became of the transaction."""
+        grace = abort_grace_s(self.transaction_timeout_s)
+        try:
+            self.producer.abort_transaction(grace)
+        except Exception as error:
+            self.in_transaction = False  # nothing more can be done with it; closing the producer ends it
+            return (
+                f"the open transaction could not be aborted within {grace:g} s ({describe_error(error)}); the "
+                "broker aborts it after transaction.timeout.ms, and the next run's init_transactions fences it"
+            )
+        self.in_transaction = False
+        self.aborts += 1
+        return "the open transaction was aborted"
+
+    def _unreachable(self, out: _OutOfTime, outcome: str) -> BrokerUnreachable:
+        self.unreachable = True
+        last = f" (last error: {describe_error(out.error)})" if out.error is not None else ""
+        return BrokerUnreachable(
+            f"the broker was unreachable: {out.call} did not complete within the transaction budget of "
+            f"{self.transaction_timeout_s:g} s (transaction_timeout_s){last}; {outcome}"
+        )
+
+    def _time_left(self) -> float:
+        return self._deadline - self._clock()
+
     def _produce_failed(self, record: ReplayRecord, error: Exception) -> None:
-        """A full queue is drained and the record produced again; a client error is classified."""
+        """Drain a full queue (within the budget) and produce the record again; classify a client error."""
         while isinstance(error, BufferError):
-            self.producer.poll(0.05)
+            if self._time_left() <= 0:
+                raise _OutOfTime(f"produce to {record.topic!r} (the local queue stayed full)", None)
+            self.producer.poll(min(0.05, max(self._time_left(), 0.0)))
             try:
                 _send(self.producer.produce, record)
                 return
@@ -188,27 +316,41 @@ class TransactionalWriter:
         # a failed delivery would at commit: abort, and let the bounded retry decide.
         raise _AbortRequired(f"produce to {record.topic!r}", error) from error
 
-    def _call(self, name: str, call: Callable[..., Any], *args: Any, abortable_is_fatal: bool = False) -> Any:
+    def _call(
+        self, name: str, call: Callable[..., Any], *args: Any, timed: bool = True, abortable_is_fatal: bool = False
+    ) -> Any:
+        """``call(*args, timeout=<time left>)``, retrying a retriable error while attempts and budget last."""
+        last: BaseException | None = None
         for attempt in range(1, self.call_attempts + 1):
+            left = self._time_left()
+            if left <= 0:
+                raise _OutOfTime(name, last)
             try:
-                return call(*args)
+                return call(*args, left) if timed else call(*args)
             except Exception as error:
                 if kafka_error_of(error) is None:
                     raise
                 kind = classify_kafka_error(error, transactional=True)
                 if kind is KafkaErrorKind.ABORTABLE and not abortable_is_fatal:
                     raise _AbortRequired(name, error) from error
+                if kind is KafkaErrorKind.RETRIABLE and self._time_left() <= 0:
+                    raise _OutOfTime(name, error) from error
                 if kind is not KafkaErrorKind.RETRIABLE or attempt == self.call_attempts:
                     tried = f" after {attempt} attempts" if kind is KafkaErrorKind.RETRIABLE else ""
                     raise ReplayFatalError(f"{name} failed{tried} ({kind}): {describe_error(error)}") from error
                 log.warning("%s failed with a retriable error, retrying: %s", name, describe_error(error))
-                self._sleep(self.retry_wait_s)
+                last = error
+                self._sleep(min(self.retry_wait_s, max(self._time_left(), 0.0)))
         raise AssertionError("unreachable")
 
     def _commit(self) -> None:
+        last: BaseException | None = None
         for attempt in range(1, self.commit_attempts + 1):
+            left = self._time_left()
+            if left <= 0:
+                raise _OutOfTime("commit_transaction", last)
             try:
-                self.producer.commit_transaction(self.timeout_s)
+                self.producer.commit_transaction(left)
             except Exception as error:
                 if kafka_error_of(error) is None:
                     raise
@@ -217,6 +359,8 @@ class TransactionalWriter:
                     raise _AbortRequired("commit_transaction", error) from error
                 if kind is not KafkaErrorKind.COMMIT_OUTCOME_UNKNOWN:
                     raise ReplayFatalError(f"commit_transaction failed ({kind}): {describe_error(error)}") from error
+                if self._time_left() <= 0:
+                    raise _OutOfTime("commit_transaction", error) from error
                 if attempt == self.commit_attempts:
                     raise ReplayFatalError(
                         f"commit_transaction outcome still unknown after {attempt} attempts: "
@@ -225,8 +369,9 @@ class TransactionalWriter:
                         "replay with the same transactional.id fenced this one."
                     ) from error
                 self.commit_retries += 1
+                last = error
                 log.warning("commit_transaction outcome unknown, retrying the commit: %s", describe_error(error))
-                self._sleep(self.retry_wait_s)
+                self._sleep(min(self.retry_wait_s, max(self._time_left(), 0.0)))
             else:
                 self.in_transaction = False
                 self.commits += 1
@@ -251,6 +396,11 @@ class BackgroundWriter:
     def busy(self) -> bool:
         """Whether a batch was handed over and its outcome not yet collected with :meth:`result`."""
         return self._future is not None
+
+    @property
+    def finished(self) -> bool:
+        """Whether the batch in flight has its outcome ready: :meth:`result` returns at once."""
+        return self._future is not None and self._future.done()
 
     def submit(
         self,

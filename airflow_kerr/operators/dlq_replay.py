@@ -21,6 +21,7 @@ from airflow_kerr.kafka.replay import DlqReplay
 from airflow_kerr.kafka.replay_options import DEFAULT_BATCH_SIZE, InvalidReplayOptions, ReplayOptions
 from airflow_kerr.kafka.replay_select import DEFAULT_MAX_REPLAYS
 from airflow_kerr.kafka.replay_summary import ReplaySummary
+from airflow_kerr.kafka.replay_txn import DEFAULT_TRANSACTION_TIMEOUT_S
 
 #: Attributes that are replay settings: :meth:`ReplayOptions.build`'s names, except ``dry_run``, kept as
 #: ``dry_run_only`` because ``BaseOperator.dry_run`` is a method.
@@ -45,6 +46,7 @@ OPTION_FIELDS: tuple[str, ...] = (
     "dry_run_only",
     "batch_size",
     "progress_interval_s",
+    "transaction_timeout_s",
 )
 _TEMPLATE_MARK = re.compile(r"{{|{%")
 
@@ -86,6 +88,10 @@ class DeadLetterQueueReplayOperator(BaseOperator):
     :param dry_run: write and commit nothing; report what would be replayed (attribute ``dry_run_only``).
     :param batch_size: records per transaction (capped at one second's worth when rate-limited).
     :param progress_interval_s: seconds between progress lines in the log.
+    :param transaction_timeout_s: the budget of one transaction (begin to commit, retries included; 1-900 s,
+        default 60), also set as the producer's ``transaction.timeout.ms``. Every transactional call waits at
+        most the time left of it; when it runs out the broker is taken as unreachable, the open transaction is
+        aborted and the task fails saying what was committed, instead of retrying for minutes.
     """
 
     template_fields: Sequence[str] = (*OPTION_FIELDS, "kafka_config_id")
@@ -116,6 +122,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         dry_run: bool | str = False,
         batch_size: int | str = DEFAULT_BATCH_SIZE,
         progress_interval_s: float | str = 5.0,
+        transaction_timeout_s: float | str = DEFAULT_TRANSACTION_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -140,6 +147,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         self.dry_run_only = dry_run
         self.batch_size = batch_size
         self.progress_interval_s = progress_interval_s
+        self.transaction_timeout_s = transaction_timeout_s
         self._engine: DlqReplay | None = None
         if not any(_templated(getattr(self, name)) for name in OPTION_FIELDS):
             self.options()
@@ -214,6 +222,10 @@ class DeadLetterQueueReplayOperator(BaseOperator):
                 row["exception_class"] or "-",
                 f" reason={row['reason']}" if row["reason"] else "",
             )
+        for example in summary.park_examples:
+            self.log.info("  %s %s", "would park" if summary.dry_run else "parked", example)
+        if summary.parked > len(summary.park_examples):
+            self.log.info("  ... and %d more parked records", summary.parked - len(summary.park_examples))
         for note in summary.notes:
             self.log.info("  note: %s", note)
         if summary.status == "max_records":

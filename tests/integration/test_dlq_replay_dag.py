@@ -69,8 +69,11 @@ def test_the_dag_is_a_ui_form_with_sections_and_safe_defaults(load_dag: Callable
     assert params["dry_run"] is True
     assert set(schemas["stages"]["items"]["enum"]) == {stage.value for stage in Stage}
     assert "enum" in schemas["batch_size"] and "enum" in schemas["progress_interval_s"]
+    assert params["transaction_timeout_s"] == 60
+    assert (schemas["transaction_timeout_s"]["minimum"], schemas["transaction_timeout_s"]["maximum"]) == (1, 900)
     (task,) = dag.tasks
     assert isinstance(task, DeadLetterQueueReplayOperator)
+    assert task.transaction_timeout_s == "{{ params.transaction_timeout_s }}"
 
 
 def test_the_default_run_is_a_dry_run_that_writes_nothing(

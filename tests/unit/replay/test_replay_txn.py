@@ -16,7 +16,15 @@ from confluent_kafka import KafkaError, KafkaException
 from airflow_kerr.errors import parse_dead_letter
 from airflow_kerr.kafka.replay_select import ReplayRecord
 from airflow_kerr.kafka.replay_summary import partition_ranges
-from airflow_kerr.kafka.replay_txn import BackgroundWriter, BatchAborted, ReplayFatalError, TransactionalWriter
+from airflow_kerr.kafka.replay_txn import (
+    BackgroundWriter,
+    BatchAborted,
+    BrokerUnreachable,
+    ReplayFatalError,
+    TransactionalWriter,
+    abort_grace_s,
+    transactional_config,
+)
 
 FENCED = KafkaException(KafkaError(KafkaError._FENCED, "producer fenced", fatal=True))
 ABORTABLE = KafkaException(KafkaError(KafkaError._TIMED_OUT, "produce timed out", txn_requires_abort=True))
@@ -183,3 +191,170 @@ def test_closing_waits_for_the_batch_in_flight() -> None:
 def test_partition_sets_have_short_stable_names() -> None:
     assert partition_ranges([3, 0, 1, 2, 7, 9, 10]) == "0-3,7,9-10"
     assert partition_ranges([0]) == "0"
+
+
+class Clock:
+    """A fake monotonic clock that the slow producer below advances."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class SlowProducer(ScriptedProducer):
+    """Each call that talks to the broker takes ``cost[call]`` seconds (and records the timeout it was given)."""
+
+    def __init__(self, clock: Clock, cost: dict[str, float], **fail: list[BaseException]) -> None:
+        super().__init__(**fail)
+        self.clock = clock
+        self.cost = cost
+        self.timeouts: list[tuple[str, float]] = []
+
+    def _timed(self, name: str, timeout: float) -> None:
+        self.timeouts.append((name, timeout))
+        self.clock.now += min(self.cost.get(name, 0.0), timeout)
+        self._step(name)
+
+    def init_transactions(self, timeout: float = 0) -> None:
+        self._timed("init_transactions", timeout)
+
+    def send_offsets_to_transaction(self, positions: Any, group_metadata: Any, timeout: float = 0) -> None:
+        self._timed("send_offsets_to_transaction", timeout)
+
+    def commit_transaction(self, timeout: float = 0) -> None:
+        self._timed("commit_transaction", timeout)
+
+    def abort_transaction(self, timeout: float = 0) -> None:
+        self._timed("abort_transaction", timeout)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        self.calls.append("purge")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def budgeted(producer: SlowProducer, clock: Clock, budget: float = 10.0) -> TransactionalWriter:
+    return TransactionalWriter(
+        producer, transaction_timeout_s=budget, call_attempts=100, commit_attempts=100, sleep=clock.sleep, clock=clock
+    )
+
+
+def test_every_transactional_call_gets_the_time_left_of_the_one_budget() -> None:
+    clock = Clock()
+    producer = SlowProducer(clock, {"send_offsets_to_transaction": 3.0, "commit_transaction": 2.0})
+
+    assert budgeted(producer, clock).write(RECORDS, ["offsets"], "group")
+
+    assert producer.timeouts == [("send_offsets_to_transaction", 10.0), ("commit_transaction", 7.0)]
+
+
+def test_a_retriable_error_is_not_retried_past_the_budget_and_the_transaction_is_aborted() -> None:
+    """The broker gone: each attempt times out; the run learns it within the budget plus a short abort."""
+    clock = Clock()
+    gone = KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to add offsets: Local: Timed out", retriable=True))
+    producer = SlowProducer(
+        clock,
+        {"send_offsets_to_transaction": 4.0, "abort_transaction": 60.0},
+        send_offsets_to_transaction=[gone] * 100,
+        abort_transaction=[TIMEOUT],
+    )
+    sink = budgeted(producer, clock)
+    started = clock.now
+
+    with pytest.raises(BrokerUnreachable) as caught:
+        sink.write(RECORDS, ["offsets"], "group")
+
+    message = str(caught.value)
+    assert message.startswith(
+        "the broker was unreachable: send_offsets_to_transaction did not complete within the transaction budget "
+        "of 10 s (transaction_timeout_s) (last error: _TIMED_OUT: Failed to add offsets"
+    )
+    assert "could not be aborted within 2.5 s" in message and "next run's init_transactions fences it" in message
+    calls = [name for name, _ in producer.timeouts]
+    assert calls.count("send_offsets_to_transaction") == 3, "4 + 4 + 2 s: never past the budget"
+    assert producer.timeouts[-1] == ("abort_transaction", 2.5)
+    assert clock.now - started <= 10.0 + abort_grace_s(10.0)
+    assert "commit_transaction" not in calls and sink.unreachable and not sink.in_transaction
+
+
+def test_a_commit_that_outlasts_the_budget_fails_without_an_abort() -> None:
+    clock = Clock()
+    producer = SlowProducer(clock, {"commit_transaction": 4.0}, commit_transaction=[TIMEOUT] * 100)
+
+    with pytest.raises(BrokerUnreachable, match=r"commit_transaction did not complete.*outcome of this batch's commit"):
+        budgeted(producer, clock).write(RECORDS, ["offsets"], "group")
+
+    assert "abort_transaction" not in producer.calls
+
+
+def test_init_transactions_has_the_same_budget() -> None:
+    clock = Clock()
+    producer = SlowProducer(clock, {"init_transactions": 5.0}, init_transactions=[TIMEOUT] * 100)
+
+    with pytest.raises(BrokerUnreachable, match=r"init_transactions did not complete .* 10 s .*nothing was written"):
+        budgeted(producer, clock).init()
+
+    assert [timeout for _, timeout in producer.timeouts] == [10.0, 4.5], "5 s, a 0.5 s pause, then what is left"
+
+
+def test_a_full_queue_is_drained_only_while_the_budget_lasts() -> None:
+    clock = Clock()
+
+    class AlwaysFull(SlowProducer):
+        def produce(self, topic: str, value: Any = None, key: Any = None, **kwargs: Any) -> None:
+            raise BufferError("queue full")
+
+        def poll(self, timeout: float = 0) -> int:
+            clock.now += timeout
+            return 0
+
+    producer = AlwaysFull(clock, {})
+    with pytest.raises(BrokerUnreachable, match=r"the local queue stayed full.*the open transaction was aborted"):
+        budgeted(producer, clock, budget=2.0).write(RECORDS, ["offsets"], "group")
+    assert clock.now - 1000.0 <= 2.0 + abort_grace_s(2.0)
+
+
+def test_waiting_for_the_rate_limiter_does_not_use_up_the_budget() -> None:
+    clock = Clock()
+    producer = SlowProducer(clock, {"send_offsets_to_transaction": 1.0})
+
+    def slow_pace() -> bool:
+        clock.now += 30.0
+        return True
+
+    assert budgeted(producer, clock).write(RECORDS, ["offsets"], "group", pace=slow_pace)
+    assert producer.timeouts == [("send_offsets_to_transaction", 10.0), ("commit_transaction", 9.0)]
+
+
+def test_after_an_unreachable_broker_the_producer_is_purged_not_closed() -> None:
+    """``Producer.close`` aborts and flushes without a limit: with the broker gone it would hang the task."""
+    clock = Clock()
+    producer = SlowProducer(clock, {"init_transactions": 20.0}, init_transactions=[TIMEOUT])
+    sink = budgeted(producer, clock)
+    with pytest.raises(BrokerUnreachable):
+        sink.init()
+
+    sink.close()
+
+    assert producer.calls[-1] == "purge" and "close" not in producer.calls
+    healthy = SlowProducer(clock, {})
+    budgeted(healthy, clock).close()
+    assert healthy.calls == ["close"]
+
+
+def test_the_producer_config_carries_the_budget_as_the_transaction_timeout() -> None:
+    config = transactional_config({"bootstrap.servers": "b", "socket.timeout.ms": 60000}, "tid", 5.0)
+
+    assert config == {
+        "bootstrap.servers": "b",
+        "transactional.id": "tid",
+        "transaction.timeout.ms": 5000,
+        "socket.timeout.ms": 4900,
+    }
+    assert "message.timeout.ms" not in transactional_config({}, "tid", 5.0)

@@ -1,0 +1,96 @@
+"""The replay fails promptly when the broker goes away, saying the broker was unreachable and what was committed.
+
+The test starts its own embedded broker (the session one must survive), lets the replay commit
+a few paced batches, then SIGKILLs the broker mid-transaction. Before the transaction budget,
+``send_offsets_to_transaction`` blocked about 60 s per attempt and was retried as retriable: a
+run was still going minutes later. Now the run fails within the budget plus the short abort.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
+from airflow_kerr.kafka.offsets import end_offsets
+from airflow_kerr.kafka.replay import DlqReplay
+from airflow_kerr.kafka.replay_options import ReplayOptions
+from airflow_kerr.kafka.replay_txn import BrokerUnreachable, abort_grace_s
+from airflow_kerr.local.broker import LocalBroker
+
+BUDGET_S = 4.0
+#: Closing the clients and the thread hand-over, beyond the budget and the abort's grace.
+SLACK_S = 3.0
+RECORDS = 2000
+
+
+@pytest.fixture
+def own_broker(tmp_path: Any) -> Iterator[LocalBroker]:
+    broker = LocalBroker(log_path=tmp_path / "broker.log").start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def seed(config: dict[str, Any]) -> None:
+    admin = AdminClient(config)
+    for future in admin.create_topics([NewTopic(name, 1, 1) for name in ("orders", "orders.dlq")]).values():
+        future.result(10)
+    producer = Producer(config)
+    for i in range(RECORDS):
+        record = SourceRecord("orders", 0, i, 1_795_250_000_000, key=f"o-{i}".encode(), value=b'{"amount": 1}')
+        context = ErrorContext(TaskId("orders_pipeline", 0), Stage.TRANSFORMATION, "v", ValueError("neg"), record)
+        producer.produce(**build_dead_letter_record(context, topic="orders.dlq").produce_kwargs())
+    assert producer.flush(10) == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_killed_broker_fails_the_replay_within_the_budget_naming_what_was_committed(
+    own_broker: LocalBroker,
+) -> None:
+    config = {"bootstrap.servers": own_broker.bootstrap_servers, "log_level": 0}
+    seed(config)
+    options = ReplayOptions.build(
+        dlq_topic="orders.dlq", max_records_per_second=200, batch_size=100, transaction_timeout_s=BUDGET_S
+    )
+    engine = DlqReplay(config, options, run_id="broker-loss", idle_timeout_s=60)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["summary"] = engine.run()
+        except BaseException as error:
+            outcome["error"] = error
+        outcome["ended"] = time.monotonic()
+
+    replay = threading.Thread(target=run, daemon=True)
+    replay.start()
+    deadline = time.monotonic() + 30
+    while end_offsets(config, [("orders", 0)], timeout_s=5)[("orders", 0)] < 300:
+        assert replay.is_alive() and time.monotonic() < deadline, outcome
+        time.sleep(0.05)
+    assert own_broker.pid is not None
+    os.kill(own_broker.pid, signal.SIGKILL)
+    killed = time.monotonic()
+
+    bound = BUDGET_S + abort_grace_s(BUDGET_S) + SLACK_S
+    replay.join(bound + 30)
+    assert not replay.is_alive(), "the replay was still running 30 s after its bound"
+    took = outcome["ended"] - killed
+    error = outcome.get("error")
+    assert isinstance(error, BrokerUnreachable), outcome
+    message = str(error)
+    assert message.startswith("the broker was unreachable: "), message
+    assert "within the transaction budget of 4 s (transaction_timeout_s)" in message
+    assert "Committed by this run before it: " in message and " transactions with " in message
+    assert "the replay group kerr-replay.orders.dlq is at offsets {0: " in message
+    assert took <= bound, f"failed {took:.1f} s after the broker died; bound {bound:.1f} s"
