@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
+from confluent_kafka import KafkaError
+
 from airflow_kerr.errors import KafkaErrorKind, classify_kafka_error
 from airflow_kerr.errors.exceptions import kafka_error_of
 from airflow_kerr.kafka.replay_select import ReplayRecord
@@ -90,6 +92,34 @@ def transactional_config(kafka_config: Mapping[str, Any], transactional_id: str,
 
 class ReplayFatalError(RuntimeError):
     """The transactional producer cannot go on (fenced, unauthorized, unsupported, commit outcome unknown)."""
+
+
+_FENCING = frozenset({"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
+
+
+def fatal_error(what: str, error: BaseException, producer: Any = None, detail: str = "") -> ReplayFatalError:
+    """A ReplayFatalError naming the real cause; a fencing says so and what it means for the records.
+
+    After a fatal error librdkafka answers produce() with a bare ``_FATAL``; the cause (a
+    fencing, most often) is what a transactional call on the same producer returns, so it is
+    asked for once, without waiting.
+    """
+    cause = kafka_error_of(error)
+    if cause is not None and cause.code() == KafkaError._FATAL and producer is not None:
+        try:
+            producer.abort_transaction(0.5)
+        except Exception as real:  # the producer's stored fatal error, if it has one
+            if kafka_error_of(real) is not None:
+                error, cause = real, kafka_error_of(real)
+    text = f"{what} failed{detail}: {describe_error(error)}"
+    name = cause.name() if cause is not None else ""
+    if name in _FENCING:
+        text += (
+            ". Another replay with the same transactional.id started and fenced this one: it stops here, and the "
+            "broker aborts its open transaction, so nothing of that transaction becomes visible; the newer replay "
+            "continues from the committed offsets."
+        )
+    return ReplayFatalError(text)
 
 
 class BrokerUnreachable(ReplayFatalError):
@@ -191,7 +221,12 @@ class TransactionalWriter:
             return
         close = getattr(self.producer, "close", None)
         if close is not None:
-            close()
+            try:
+                close()
+            except Exception as error:  # a producer that failed fatally raises that error again on close
+                if kafka_error_of(error) is None:
+                    raise
+                log.warning("closing the transactional producer: %s", describe_error(error))
 
     def init(self) -> None:
         """``init_transactions``: fences an older producer with the same ``transactional.id``."""
@@ -311,7 +346,7 @@ class TransactionalWriter:
         if kafka_error_of(error) is None:
             raise error
         if classify_kafka_error(error, transactional=True) is KafkaErrorKind.FATAL:
-            raise ReplayFatalError(f"produce to {record.topic!r} failed: {describe_error(error)}") from error
+            raise fatal_error(f"produce to {record.topic!r}", error, self.producer) from error
         # A record the broker or client refuses (too large, unknown topic) fails the batch, as
         # a failed delivery would at commit: abort, and let the bounded retry decide.
         raise _AbortRequired(f"produce to {record.topic!r}", error) from error
@@ -337,7 +372,7 @@ class TransactionalWriter:
                     raise _OutOfTime(name, error) from error
                 if kind is not KafkaErrorKind.RETRIABLE or attempt == self.call_attempts:
                     tried = f" after {attempt} attempts" if kind is KafkaErrorKind.RETRIABLE else ""
-                    raise ReplayFatalError(f"{name} failed{tried} ({kind}): {describe_error(error)}") from error
+                    raise fatal_error(name, error, self.producer, f"{tried} ({kind})") from error
                 log.warning("%s failed with a retriable error, retrying: %s", name, describe_error(error))
                 last = error
                 self._sleep(min(self.retry_wait_s, max(self._time_left(), 0.0)))
@@ -358,7 +393,7 @@ class TransactionalWriter:
                 if kind is KafkaErrorKind.ABORTABLE:
                     raise _AbortRequired("commit_transaction", error) from error
                 if kind is not KafkaErrorKind.COMMIT_OUTCOME_UNKNOWN:
-                    raise ReplayFatalError(f"commit_transaction failed ({kind}): {describe_error(error)}") from error
+                    raise fatal_error("commit_transaction", error, self.producer, f" ({kind})") from error
                 if self._time_left() <= 0:
                     raise _OutOfTime("commit_transaction", error) from error
                 if attempt == self.commit_attempts:

@@ -3,11 +3,12 @@
 DLQ records are written by the core's ``build_dead_letter_record`` (the same bytes the Spark
 job and Connect write); ``test_dlq_replay_spark.py`` replays a DLQ written by the Spark job.
 
-Tansu (the embedded broker) commits transactions but does not hide aborted records from
-``read_committed`` readers, and a fenced producer sees a timeout there instead of
-PRODUCER_FENCED. So on Tansu these tests check the transactional protocol (what was
-aborted, rewound, retried and committed) and that every selected record arrived at least
-once; duplicate-freedom is checked by the ``apache_kafka_only`` test.
+The default embedded broker, noida-db, hides aborted records from ``read_committed``
+readers and fences a zombie producer as Apache Kafka does, so the kill and fencing trials
+(marked ``transactions``) observe exactly-once for real. On Tansu (``KERR_BROKER=tansu``),
+which shows aborted records and answers a fenced producer with a timeout, those two are
+skipped and the rest check the transactional protocol (what was aborted, rewound, retried
+and committed) and that every selected record arrived at least once.
 """
 
 from __future__ import annotations
@@ -430,15 +431,75 @@ def test_a_killed_replay_rerun_replays_every_selected_record(kafka_config: dict[
     }
 
 
-@pytest.mark.apache_kafka_only
+@pytest.mark.transactions
 def test_a_killed_replay_rerun_has_no_duplicates_under_read_committed(
     kafka_config: dict[str, Any], topics: Topics
 ) -> None:
-    """The killed run's open transaction is aborted when the re-run's init_transactions fences it."""
+    """SIGKILL mid-transaction, then a re-run: every DLQ record lands exactly once under read_committed.
+
+    The killed run's open transaction is aborted when the re-run's init_transactions fences it.
+    """
     _, landed = killed_then_rerun(kafka_config, topics, 300)
 
     sources = Counter(header(m, HEADER_REPLAY_SOURCE) for m in landed)
     assert len(landed) == 300 and set(sources.values()) == {1}
+    dirty = read_all(kafka_config, topics.source, isolation="read_uncommitted")
+    assert len(dirty) > len(landed), "the killed run's aborted records are in the log, hidden from read_committed"
+
+
+FENCED_REPLAY = """
+import json, sys
+from airflow_kerr.kafka.replay import DlqReplay
+from airflow_kerr.kafka.replay_options import ReplayOptions
+config, dlq, ready = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+options = ReplayOptions.build(dlq_topic=dlq, max_records_per_second=100, batch_size=200)
+engine = DlqReplay(config, options, run_id="older", transactional_id_prefix="kerr-replay.fence")
+open(ready, "w").write("started")
+engine.run()
+"""
+
+
+@pytest.mark.transactions
+def test_a_second_replay_with_the_same_transactional_id_fences_the_first(
+    kafka_config: dict[str, Any], topics: Topics, tmp_path: Any
+) -> None:
+    """Two replays of one DLQ with one transactional.id: the newer fences the older, which fails saying so,
+    and the older's open transaction leaves nothing visible under read_committed."""
+    write_dlq(kafka_config, topics.dlq, topics.source, 600)
+    ready = tmp_path / "ready"
+    older = subprocess.Popen(
+        [sys.executable, "-c", FENCED_REPLAY, json.dumps(kafka_config), topics.dlq, str(ready)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while sum(ends(kafka_config, topics.source, 2).values()) < 250:  # its second transaction is open
+            assert older.poll() is None, f"the older replay ended early: {older.stderr.read() if older.stderr else ''}"
+            assert time.monotonic() < deadline, "the older replay wrote nothing"
+            time.sleep(0.05)
+        newer = replay(
+            kafka_config,
+            run_id="newer",
+            dlq_topic=topics.dlq,
+            engine_kwargs={"transactional_id_prefix": "kerr-replay.fence"},
+        )
+        _, stderr = older.communicate(timeout=90)
+    finally:
+        if older.poll() is None:
+            older.kill()
+            older.wait(10)
+
+    assert newer.status == "completed"
+    assert older.returncode != 0, "the fenced replay must fail, not report success"
+    failure = stderr.strip().splitlines()[-1]
+    assert failure.startswith("airflow_kerr.kafka.replay_txn.ReplayFatalError: "), stderr[-3000:]
+    assert "Another replay with the same transactional.id started and fenced this one" in failure, failure
+    landed = read_all(kafka_config, topics.source)
+    sources = Counter(header(m, HEADER_REPLAY_SOURCE) for m in landed)
+    assert len(landed) == 600 and set(sources.values()) == {1}, "each record once: nothing of the fenced transaction"
+    assert committed(kafka_config, f"kerr-replay.{topics.dlq}", topics.dlq, 2) == ends(kafka_config, topics.dlq, 2)
 
 
 class FaultyProducer:
