@@ -37,13 +37,19 @@ DLQ_AUTO_CREATE_TOPICS_ENABLE = "errors.deadletterqueue.auto.create.topics.enabl
 #: Named windows accepted by ``errors.tolerance.rate.duration``, in milliseconds.
 RATE_DURATIONS_MS: Mapping[str, int] = {"minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
 
-_LONG_MAX = 2**63 - 1
-_SHORT_MAX = 2**15 - 1
+LONG_MIN = -(2**63)
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+SHORT_MIN = -(2**15)
+SHORT_MAX = 2**15 - 1
 _TOPIC_MAX_LENGTH = 249
-_TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
-_INTEGER = re.compile(r"^[+-]?\d+$")
+_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]+")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+# Decimal digits of LONG_MAX: a longer integer string is out of every range we accept, so it is
+# rejected before int() parses it (int() refuses strings past 4,300 digits with a ValueError).
+_LONG_DIGITS = len(str(LONG_MAX))
+_SHOW_MAX = 1000
 
-_SENSITIVE_PARTS = ("password", "secret", "token", "sasl.jaas")
 MASK = "[hidden]"
 
 
@@ -63,6 +69,23 @@ class HeaderFormat(StrEnum):
     DLQ = "dlq"
 
 
+def show_value(value: object) -> str:
+    """``repr(value)`` for an error message: never raises, never floods the log.
+
+    Python refuses to print an integer of more than 4,300 digits (``ValueError``), also
+    inside a list or dict, so such a value is described instead; anything long is cut.
+    """
+    try:
+        text = repr(value)
+    except ValueError:
+        if isinstance(value, int):
+            return f"<an integer of {value.bit_length()} bits>"
+        text = f"<a {type(value).__name__} holding an integer too long to print>"
+    except Exception:
+        text = f"<a {type(value).__name__} that cannot be printed>"
+    return text if len(text) <= _SHOW_MAX else text[: _SHOW_MAX - 3] + "..."
+
+
 @dataclass(frozen=True)
 class ConfigProblem:
     """One rejected setting: the key, the value given, and what would have been accepted."""
@@ -72,7 +95,7 @@ class ConfigProblem:
     accepted: str
 
     def __str__(self) -> str:
-        return f"{self.key}={self.value!r}: {self.accepted}"
+        return f"{self.key}={show_value(self.value)}: {self.accepted}"
 
 
 class InvalidErrorsConfig(ValueError):
@@ -103,12 +126,31 @@ def _parse_bool(value: object) -> bool:
     raise _Invalid("expected a boolean: true or false")
 
 
-def _parse_int(value: object, domain: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and _INTEGER.match(value.strip()):
-        return int(value.strip())
-    raise _Invalid(f"expected an integer, {domain}")
+def parse_integer(value: object, low: int, high: int) -> int | None:
+    """``value`` as an integer in ``[low, high]``, or ``None`` when it is not one.
+
+    Accepts an ``int`` (never a ``bool``, which Python counts as one) or a string of ASCII
+    digits. The type and the digit count are checked before ``int()`` runs, so no input
+    makes it raise: a string with more digits than ``LONG_MAX`` is out of range whatever
+    it says. Floats (``inf`` and ``nan`` too) are refused, as Java's ``LONG`` type refuses them.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not _INTEGER.fullmatch(text) or len(text.lstrip("+-").lstrip("0")) > _LONG_DIGITS:
+            return None
+        value = int(text)
+    if not isinstance(value, int) or not low <= value <= high:
+        return None
+    return value
+
+
+def _parse_int(value: object, low: int, high: int, domain: str) -> int:
+    parsed = parse_integer(value, low, high)
+    if parsed is None:
+        raise _Invalid(f"expected an integer, {domain}")
+    return parsed
 
 
 def _parse_str(value: object) -> str:
@@ -122,19 +164,16 @@ def _choices(options: Iterable[str]) -> str:
 
 
 def _retry_timeout(value: object) -> int:
-    domain = "-1 (retry forever), 0 (no retry) or a positive number of milliseconds"
-    parsed = _parse_int(value, domain)
-    if not -1 <= parsed <= _LONG_MAX:
-        raise _Invalid(f"expected {domain}")
-    return parsed
+    # Connect defines this LONG without a validator and treats every negative value as "no deadline".
+    domain = (
+        "0 (no retry), a positive number of milliseconds (the retry budget) "
+        f"or a negative one such as -1 (retry forever); within {LONG_MIN}..{LONG_MAX}"
+    )
+    return _parse_int(value, LONG_MIN, LONG_MAX, domain)
 
 
 def _delay_max(value: object) -> int:
-    domain = "milliseconds >= 1"
-    parsed = _parse_int(value, domain)
-    if not 1 <= parsed <= _LONG_MAX:
-        raise _Invalid(f"expected {domain}")
-    return parsed
+    return _parse_int(value, 1, LONG_MAX, f"milliseconds >= 1 (at most {LONG_MAX})")
 
 
 def _tolerance(value: object) -> ToleranceType:
@@ -152,48 +191,48 @@ def _header_format(value: object) -> HeaderFormat:
 
 
 def _replication_factor(value: object) -> int:
-    domain = f"-1 (broker default) or 1..{_SHORT_MAX}"
-    parsed = _parse_int(value, domain)
-    if parsed != -1 and not 1 <= parsed <= _SHORT_MAX:
-        raise _Invalid(f"expected {domain}")
-    return parsed
+    # Connect's SHORT without a validator: the broker judges the value when it creates the topic.
+    domain = (
+        f"{SHORT_MIN}..{SHORT_MAX} (Java's short); -1 takes the broker's default.replication.factor, "
+        "and the broker rejects 0, values below -1 and more replicas than brokers when it creates the DLQ topic"
+    )
+    return _parse_int(value, SHORT_MIN, SHORT_MAX, domain)
 
 
 def _partitions(value: object) -> int:
-    domain = "-1 (broker default) or a positive number of partitions"
-    parsed = _parse_int(value, domain)
-    if parsed != -1 and not 1 <= parsed <= 2**31 - 1:
-        raise _Invalid(f"expected {domain}")
+    domain = f"-1 (broker default) or a positive number of partitions (at most {INT_MAX})"
+    parsed = _parse_int(value, -1, INT_MAX, domain)
+    if parsed == 0:
+        raise _Invalid(f"expected an integer, {domain}")
     return parsed
 
 
 def _limit(value: object) -> int:
-    domain = "-1 (no limit) or a number of records >= 0"
-    parsed = _parse_int(value, domain)
-    if not -1 <= parsed <= _LONG_MAX:
-        raise _Invalid(f"expected {domain}")
-    return parsed
+    return _parse_int(value, -1, LONG_MAX, f"-1 (no limit) or a number of records >= 0 (at most {LONG_MAX})")
 
 
 def _rate_duration(value: object) -> int:
-    accepted = f"expected one of {_choices(RATE_DURATIONS_MS)} (case-sensitive) or a positive number of ms"
     if isinstance(value, str) and value.strip() in RATE_DURATIONS_MS:
         return RATE_DURATIONS_MS[value.strip()]
-    try:
-        parsed = _parse_int(value, "")
-    except _Invalid:
-        raise _Invalid(accepted) from None
-    if not 1 <= parsed <= _LONG_MAX:
-        raise _Invalid(accepted)
+    parsed = parse_integer(value, 1, LONG_MAX)
+    if parsed is None:
+        raise _Invalid(f"expected one of {_choices(RATE_DURATIONS_MS)} (case-sensitive) or a positive number of ms")
     return parsed
 
 
-def _topic_name_problem(name: str) -> str | None:
+def topic_name_problem(name: str, *, internal_allowed: bool = False) -> str | None:
+    """What Kafka would reject in ``name`` as a topic name, or ``None`` when it is legal.
+
+    Kafka's rules: 1..249 ASCII letters, digits, ``.``, ``_`` and ``-``, not ``.`` or ``..``.
+    Names starting with ``__`` are Kafka's internal topics; only a reader may name one.
+    """
+    if not name:
+        return "expected a Kafka topic name, not an empty string"
     if len(name) > _TOPIC_MAX_LENGTH:
         return f"expected a Kafka topic name of at most {_TOPIC_MAX_LENGTH} characters"
-    if name in (".", "..") or not _TOPIC_CHARS.match(name):
+    if name in (".", "..") or not _TOPIC_CHARS.fullmatch(name):
         return "expected a Kafka topic name: ASCII letters, digits, '.', '_' and '-', not '.' or '..'"
-    if name.startswith("__"):
+    if name.startswith("__") and not internal_allowed:
         return "expected a topic name not starting with '__' (reserved for Kafka's internal topics)"
     return None
 
@@ -201,7 +240,7 @@ def _topic_name_problem(name: str) -> str | None:
 def _dlq_topic(value: object) -> str:
     parsed = _parse_str(value)
     if parsed:
-        problem = _topic_name_problem(parsed)
+        problem = topic_name_problem(parsed)
         if problem:
             raise _Invalid(f"{problem}; or '' for no dead letter queue")
     return parsed
@@ -210,7 +249,7 @@ def _dlq_topic(value: object) -> str:
 def _dlq_prefix(value: object) -> str:
     parsed = _parse_str(value)
     if parsed:
-        problem = _topic_name_problem(parsed)
+        problem = topic_name_problem(parsed)
         if problem:
             raise _Invalid(f"{problem.replace('topic name', 'topic name prefix')}; or '' for none")
     return parsed
@@ -256,12 +295,18 @@ _KEYS: dict[str, _Key] = {
 
 
 def _topic_set(topics: Iterable[str] | None) -> frozenset[str]:
-    """Topics as a set; a lone string is one topic, not a set of characters."""
+    """Topics as a set; a lone string is one topic, not a set of characters; non-strings name no topic."""
     if topics is None:
         return frozenset()
     if isinstance(topics, str):
         return frozenset({topics})
-    return frozenset(topics)
+    if not isinstance(topics, Iterable):
+        return frozenset()
+    return frozenset(topic for topic in topics if isinstance(topic, str))
+
+
+_STRING_KEY_EXPECTED = "expected a string key such as 'errors.tolerance'"
+_MAPPING_EXPECTED = "expected a mapping of errors.* keys to values, such as {'errors.tolerance': 'all'}"
 
 
 def _unknown_key_problem(key: str, value: object) -> ConfigProblem:
@@ -325,15 +370,21 @@ class ErrorHandlingConfig:
         """Read and validate the ``errors.*`` keys of ``properties``; other keys are ignored.
 
         Values may be strings as in Java properties (``"true"``, ``"3000"``) or native
-        Python values; ``None`` means "use the default". Unknown ``errors.*`` keys, wrong
-        types and out-of-domain values are collected and raised together as
-        :class:`InvalidErrorsConfig`. ``source_topics`` enables the check that the DLQ topic
-        is not one of the job's input topics.
+        Python values; ``None`` means "use the default". Unknown ``errors.*`` keys, keys that
+        are not strings (no Java property has one), wrong types and out-of-domain values are
+        collected and raised together as :class:`InvalidErrorsConfig`; so is ``properties``
+        itself when it is not a mapping. ``source_topics`` enables the check that the DLQ
+        topic is not one of the job's input topics.
         """
+        if not isinstance(properties, Mapping):
+            raise InvalidErrorsConfig([ConfigProblem("errors", properties, _MAPPING_EXPECTED)])
         problems: list[ConfigProblem] = []
         values: dict[str, Any] = {}
         for key, value in properties.items():
-            if not isinstance(key, str) or not key.startswith("errors."):
+            if not isinstance(key, str):
+                problems.append(ConfigProblem(show_value(key), value, _STRING_KEY_EXPECTED))
+                continue
+            if not key.startswith("errors."):
                 continue
             spec = _KEYS.get(key)
             if spec is None:
@@ -358,6 +409,8 @@ class ErrorHandlingConfig:
         cls, conf: Mapping[str, object], *, source_topics: Iterable[str] | None = None
     ) -> ErrorHandlingConfig:
         """Read the ``spark.kerr.errors.*`` entries written by :meth:`to_spark_conf`."""
+        if not isinstance(conf, Mapping):
+            raise InvalidErrorsConfig([ConfigProblem("spark conf", conf, "expected a mapping of Spark settings")])
         stripped = {
             key[len(SPARK_CONF_PREFIX) :]: value
             for key, value in conf.items()
@@ -439,20 +492,65 @@ class ErrorHandlingConfig:
         return problems
 
 
+# How a configuration key says its value is a credential. Checked against librdkafka's own list of
+# sensitive properties and the Java clients' PASSWORD-typed ones (tests/unit/errors/data/).
+#: Anywhere in the key, even inside a word (``clientSecret``, ``keystorepassword``); the contract
+#: (SPEC-errors §4) names password, secret, token and sasl.jaas.
+_SECRET_FRAGMENTS = ("password", "passwd", "passphrase", "secret", "token", "jaas")
+#: Whole words: PEM text (private keys, and certificates alike: the value is not read), user names.
+_SECRET_WORDS = frozenset({"pem", "username", "userinfo", "credential", "apikey"})
+#: ``key`` qualified by anything is key material (``ssl.key.pem``, ``ssl_key``, ``private.key.file``,
+#: ``api.key``); first, or before one of these, it is the record key (``key.converter``, ``kafka.key.serializer``).
+_RECORD_KEY_ROLES = frozenset({"serializer", "deserializer", "converter", "format", "schema", "subject"})
+#: A key or trust store's content is secret; where it lives and its type are not.
+_STORES = frozenset({"keystore", "truststore"})
+_STORE_PUBLIC = frozenset({"location", "type", "algorithm"})
+_WORD = re.compile(r"[a-z0-9]+")
+
+
 def is_sensitive_key(key: str) -> bool:
-    """True for configuration keys that may hold a credential and must never be printed."""
-    lowered = key.lower()
-    return lowered.endswith(".key") or any(part in lowered for part in _SENSITIVE_PARTS)
+    """True for a configuration key whose value may hold a credential, so it is never printed.
+
+    The rule covers librdkafka's sensitive properties (passwords, private keys and their
+    PEMs, ``sasl.username``/``sasl.password``, OAuth client secrets and assertion keys,
+    ``sasl.oauthbearer.config``) and the Java clients' (``sasl.jaas.config``, key and trust
+    store passwords and contents), also under a prefix such as ``kafka.`` or
+    ``producer.override.``. A key is sensitive when a word names a secret (password,
+    passphrase, secret, token, JAAS, PEM, username, credential, API key, user info), when
+    ``key`` follows a qualifier (key material, not the record key), when it is a SASL
+    mechanism's ``config`` string, or when it holds a key or trust store's content. It errs
+    towards hiding: a certificate's PEM and a token endpoint's URL are hidden too.
+    """
+    lowered = str(key).lower()
+    if any(fragment in lowered for fragment in _SECRET_FRAGMENTS):
+        return True
+    words = _WORD.findall(lowered)
+    if not words:
+        return False
+    if not _SECRET_WORDS.isdisjoint(words):
+        return True
+    if words[-1] == "config" and "sasl" in words:
+        return True
+    if not _STORES.isdisjoint(words) and words[-1] not in _STORE_PUBLIC:
+        return True
+    pairs = list(zip(words, [*words[1:], ""], strict=True))
+    if ("user", "info") in pairs:
+        return True
+    return any(word == "key" and following not in _RECORD_KEY_ROLES for word, following in pairs[1:])
 
 
 def mask_credentials(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``config`` with credential values replaced by ``[hidden]`` (nested mappings too)."""
-    masked: dict[str, Any] = {}
-    for key, value in config.items():
-        if is_sensitive_key(str(key)):
-            masked[key] = MASK
-        elif isinstance(value, Mapping):
-            masked[key] = mask_credentials(value)
-        else:
-            masked[key] = value
-    return masked
+    """A copy of ``config`` with credential values replaced by ``[hidden]``.
+
+    Nested mappings are masked too, also inside lists (a list of client configs), so a
+    credential is hidden however deep the configuration holds it.
+    """
+    return {key: MASK if is_sensitive_key(str(key)) else _mask_nested(value) for key, value in config.items()}
+
+
+def _mask_nested(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return mask_credentials(value)
+    if isinstance(value, list | tuple):
+        return [_mask_nested(item) for item in value]
+    return value

@@ -87,6 +87,8 @@ FATAL_ERROR_NAMES: frozenset[str] = frozenset(
     {
         "PRODUCER_FENCED",
         "_FENCED",
+        # librdkafka's "the client raised a fatal error earlier" (produce() after a fencing, for one).
+        "_FATAL",
         "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
         "CLUSTER_AUTHORIZATION_FAILED",
         "UNSUPPORTED_VERSION",
@@ -140,6 +142,25 @@ def classify_kafka_error(error: object, *, transactional: bool = False, during_c
 def is_retriable(error: BaseException) -> bool:
     """True for a ``RetriableError`` or a Kafka client error whose ``retriable()`` flag is set."""
     return isinstance(error, RetriableError) or classify_kafka_error(error) is KafkaErrorKind.RETRIABLE
+
+
+def describe_error(error: object) -> str:
+    """One line naming what went wrong: a Kafka client error by its code name and text, else class and message.
+
+    ``KafkaError MSG_SIZE_TOO_LARGE: Broker: Message size too large``; ``ValueError: bad``.
+    Used where an error is reported in a message of our own, so its cause is never lost
+    (Spark, for one, shows only the last exception of a chain).
+    """
+    kafka_error = kafka_error_of(error)
+    if kafka_error is not None:
+        text = getattr(kafka_error, "str", None)
+        detail = str(text()) if callable(text) else str(kafka_error)
+        return f"KafkaError {_error_name(kafka_error) or 'UNKNOWN'}: {detail}"
+    if not isinstance(error, BaseException):
+        return str(error)
+    message = exception_message(error)
+    name = exception_class_name(error)
+    return name if message is None else f"{name}: {message}"
 
 
 def exception_class_name(error: BaseException) -> str:

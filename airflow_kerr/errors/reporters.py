@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 from airflow_kerr.errors.config import ErrorHandlingConfig
 from airflow_kerr.errors.context import ErrorContext
 from airflow_kerr.errors.dead_letter import DeadLetterQueueRecord, build_dead_letter_record
-from airflow_kerr.errors.exceptions import DeadLetterQueueError
+from airflow_kerr.errors.exceptions import DeadLetterQueueError, describe_error
 from airflow_kerr.errors.metrics import ErrorMetrics
 
 _LOG = logging.getLogger(__name__)
@@ -133,9 +133,14 @@ class DeadLetterQueueReporter:
         self._failed(error, context)
 
     def _failed(self, error: BaseException, context: ErrorContext | None) -> None:
+        """Count and log the failed write as Connect does, then fail the work unless losing records is accepted.
+
+        The message names the Kafka error itself (``MSG_SIZE_TOO_LARGE: ...``): whoever reads
+        only the message, or a log that drops the exception chain, still sees why.
+        """
         self._metrics.record_dlq_produce_failed()
-        message = f"Could not produce message to dead letter queue. topic={self.topic}"
+        message = f"Could not produce message to dead letter queue. topic={self.topic}: {describe_error(error)}"
+        self._logger.error(message, exc_info=(type(error), error, error.__traceback__))
         if self._lose:
-            self._logger.error(message, exc_info=(type(error), error, error.__traceback__))
             return
         raise DeadLetterQueueError(message, context=context) from error

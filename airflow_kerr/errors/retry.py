@@ -36,6 +36,7 @@ from airflow_kerr.errors.exceptions import (
     ConnectError,
     ToleranceExceeded,
     UnhandledError,
+    describe_error,
     is_retriable,
 )
 from airflow_kerr.errors.metrics import ErrorMetrics
@@ -50,6 +51,7 @@ _MAX_SHIFT: Final = 62
 
 TOLERANCE_EXCEEDED_MESSAGE: Final = "Tolerance exceeded in error handler"
 UNHANDLED_MESSAGE: Final = "Unhandled exception in error handler"
+CLOSE_FAILED_MESSAGE: Final = "Failed to close all reporters"
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -143,6 +145,11 @@ class RetryWithTolerance:
         return self._config
 
     @property
+    def clock(self) -> Callable[[], float]:
+        """The clock this operator reads (epoch milliseconds); a batch runner stamps first attempts with it."""
+        return self._clock
+
+    @property
     def stopping(self) -> bool:
         """True once :meth:`stop` was called."""
         return self.stop_event.is_set()
@@ -152,11 +159,29 @@ class RetryWithTolerance:
         self.stop_event.set()
 
     def close(self) -> None:
-        """Close the reporters that have a ``close`` method."""
+        """Close every reporter that has a ``close`` method, then raise once if any failed (Connect's ``close``).
+
+        One reporter failing to close never keeps the others open. The :class:`ConnectError`
+        names each reporter that failed and why; its cause is the lone failure, or an
+        ``ExceptionGroup`` of all of them. The operator has no reporters afterwards, so a
+        second ``close`` does nothing.
+        """
+        failures: list[tuple[object, Exception]] = []
         for reporter in self._reporters:
             close = getattr(reporter, "close", None)
-            if callable(close):
+            if not callable(close):
+                continue
+            try:
                 close()
+            except Exception as error:
+                failures.append((reporter, error))
+        self._reporters = ()
+        if not failures:
+            return
+        named = "; ".join(f"{_type_name(type(reporter))}: {describe_error(error)}" for reporter, error in failures)
+        errors = [error for _, error in failures]
+        cause = errors[0] if len(errors) == 1 else ExceptionGroup(CLOSE_FAILED_MESSAGE, errors)
+        raise ConnectError(f"{CLOSE_FAILED_MESSAGE}: {named}") from cause
 
     def execute(
         self,
@@ -199,6 +224,7 @@ class RetryWithTolerance:
         fn: Callable[P, T],
         record: SourceRecord | None,
         error: Exception,
+        started: float,
         /,
         *args: P.args,
         **kwargs: P.kwargs,
@@ -208,9 +234,12 @@ class RetryWithTolerance:
         A batch runner maps ``fn`` over many records at once and hands over only the record
         that raised; the first attempt is not run again, so a transform with side effects
         sees exactly the attempts Connect would make and every retry is counted.
+        ``started`` is the :attr:`clock` reading taken just before that first attempt:
+        Connect's deadline runs from there, so a slow first attempt uses up retry budget
+        rather than adding to it. It is not read when ``errors.retry.timeout`` is 0.
         """
         self._new_record(record)
-        return self._retry(stage, fn, record, error, self._clock(), args, kwargs)
+        return self._retry(stage, fn, record, error, started, args, kwargs)
 
     def execute_failed(
         self,

@@ -104,7 +104,7 @@ def fatal_error(what: str, error: BaseException, producer: Any = None, detail: s
     fencing, most often) is what a transactional call on the same producer returns, so it is
     asked for once, without waiting.
     """
-    cause = kafka_error_of(error)
+    cause: Any = kafka_error_of(error)
     if cause is not None and cause.code() == KafkaError._FATAL and producer is not None:
         try:
             producer.abort_transaction(0.5)

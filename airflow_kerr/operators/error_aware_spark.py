@@ -14,10 +14,11 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 import airflow_kerr
+from airflow_kerr.errors.config import show_value
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.metrics_topic import run_summary
 from airflow_kerr.spark import job
-from airflow_kerr.spark.spec import PipelineSpec
+from airflow_kerr.spark.spec import InvalidPipelineSpec, PipelineSpec
 
 _TEMPLATE_MARK = re.compile(r"{{|{%")
 
@@ -31,6 +32,21 @@ def _templated(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_templated(v) for v in value)
     return False
+
+
+def _overlay(base: object, top: object) -> object:
+    """``base`` updated by ``top`` when both are mappings; a value that is not a mapping stays for the validator.
+
+    Merging never coerces (``dict("x")`` or ``dict([...])`` would raise or accept a wrong
+    shape), so :class:`PipelineSpec` sees and reports what the DAG author wrote.
+    """
+    if top is None:
+        return base
+    if base is None:
+        return top
+    if isinstance(base, Mapping) and isinstance(top, Mapping):
+        return {**base, **top}
+    return base if isinstance(top, Mapping) else top
 
 
 def build_package_zip(directory: Path) -> Path:
@@ -71,26 +87,44 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         name: str | None = None,
         **kwargs: Any,
     ) -> None:
-        pipeline = dict(pipeline)
+        pipeline_name = pipeline.get("name") if isinstance(pipeline, Mapping) else None
         super().__init__(
             application=job.__file__,
             conn_id=conn_id,
-            name=name or f"kerr-{pipeline.get('name', 'pipeline')}",
+            name=name or f"kerr-{pipeline_name if isinstance(pipeline_name, str) else 'pipeline'}",
             **kwargs,
         )
-        self.pipeline = pipeline
-        self.errors = dict(errors or {})
+        self.pipeline: Any = dict(pipeline) if isinstance(pipeline, Mapping) else pipeline
+        self.errors: Any = dict(errors) if isinstance(errors, Mapping) else ({} if errors is None else errors)
         self.kafka_config_id = kafka_config_id
         self.ship_package = ship_package
         if not _templated(self.pipeline) and not _templated(self.errors):
             self.spec(kafka_config={})
 
     def spec(self, kafka_config: Mapping[str, Any]) -> PipelineSpec:
-        """The rendered, validated spec with the connection's Kafka settings under the spec's own."""
+        """The rendered, validated spec with the connection's Kafka settings under the spec's own.
+
+        Raises :class:`InvalidPipelineSpec` listing every problem of ``pipeline`` and ``errors``.
+        """
+        problems: list[str] = []
+        if not isinstance(self.errors, Mapping):
+            problems.append(
+                f"errors (operator argument)={show_value(self.errors)}: expected a mapping of errors.* keys to values"
+            )
+        if not isinstance(self.pipeline, Mapping):
+            problems.append(f"pipeline={show_value(self.pipeline)}: expected a mapping, the pipeline spec as a dict")
+            raise InvalidPipelineSpec(problems)
         data = dict(self.pipeline)
-        data["errors"] = {**dict(data.get("errors") or {}), **self.errors}
-        data["kafka"] = {**dict(kafka_config), **dict(data.get("kafka") or {})}
-        return PipelineSpec.from_dict(data)
+        base_errors = {} if data.get("errors") is None else data["errors"]
+        data["errors"] = _overlay(base_errors, self.errors if isinstance(self.errors, Mapping) else None)
+        data["kafka"] = _overlay(dict(kafka_config), data.get("kafka"))
+        try:
+            spec = PipelineSpec.from_dict(data)
+        except InvalidPipelineSpec as exc:
+            raise InvalidPipelineSpec([*problems, *exc.problems]) from None
+        if problems:
+            raise InvalidPipelineSpec(problems)
+        return spec
 
     def run_id(self, context: Mapping[str, Any]) -> str:
         ti = context.get("ti") or context.get("task_instance")

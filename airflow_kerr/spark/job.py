@@ -52,10 +52,12 @@ from airflow_kerr.errors import (
     TaskId,
     ToleranceExceeded,
     ToleranceType,
+    describe_error,
 )
-from airflow_kerr.errors.config import ERRORS_TOLERANCE_LIMIT
+from airflow_kerr.errors.config import DLQ_TOPIC_PARTITIONS, DLQ_TOPIC_REPLICATION_FACTOR, ERRORS_TOLERANCE_LIMIT
 from airflow_kerr.errors.record import TimestampType
 from airflow_kerr.errors.retry import TOLERANCE_EXCEEDED_MESSAGE
+from airflow_kerr.kafka.metrics_topic import input_range_fields
 from airflow_kerr.spark import kafka_source
 from airflow_kerr.spark.kafka_source import OffsetRange, plan_offset_ranges, ranges_to_json, split_ranges
 from airflow_kerr.spark.sinks import KafkaSink, ProducerChannel, make_sink, sink_class_name, sink_config
@@ -65,6 +67,7 @@ from airflow_kerr.spark.stages import BatchRunner, PipelineRecord, drop_filtered
 LOG = logging.getLogger("airflow_kerr.spark.job")
 RESULT_PREFIX = "KERR_RESULT "
 ERROR_CONTEXT_MARKER = "first failure error context: "
+CAUSE_MARKER = "caused by "
 # Fault injection for the at-least-once test: exit after the outputs are flushed and before the commit.
 EXIT_BEFORE_COMMIT_ENV = "KERR_EXIT_BEFORE_COMMIT"
 SUMMARY_SCHEMA = "topic string, partition int, first_offset long, last_offset long, records_in long, records_out long"
@@ -174,6 +177,7 @@ class PartitionProcessor:
             state=state,
             records_out=self.records_out,
             source=f"{self.topic}-{self.partition}",
+            **input_range_fields(self.topic, self.partition, self.first_offset, self.last_offset),
         )
 
     def fail(self, error: BaseException) -> RuntimeError:
@@ -189,7 +193,27 @@ class PartitionProcessor:
             LOG.error("could not publish the metrics of the failed task: %s", publish_error)
         context = getattr(error, "context", None) or self.retry.last_error
         detail = f"\n{ERROR_CONTEXT_MARKER}{context.to_json()}" if context is not None else ""
-        return RuntimeError(f"{type(error).__name__}: {error}{detail}")
+        causes = "".join(f"\n{CAUSE_MARKER}{describe_error(cause)}" for cause in _causes(error))
+        return RuntimeError(f"{type(error).__name__}: {error}{causes}{detail}")
+
+    def close(self) -> None:
+        """Close the error reporters; a failure to close is logged, never hiding the task's own outcome."""
+        try:
+            self.retry.close()
+        except Exception as error:
+            LOG.error("%s", error)
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    """The exceptions behind ``error``, nearest first: Spark reports only the last one of a chain."""
+    chain: list[BaseException] = []
+    seen = {id(error)}
+    current = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return chain
 
 
 class BatchColumns:
@@ -282,7 +306,7 @@ def process_partition(spec_json: str, run_id: str, accumulator: Any) -> Any:
         except Exception as error:
             raise processor.fail(error) from error
         finally:
-            processor.retry.close()
+            processor.close()
         accumulator.add(processor.metrics)
         yield pa.RecordBatch.from_pylist([summary], schema=_summary_arrow_schema())
 
@@ -457,18 +481,17 @@ def ensure_dead_letter_topic(spec: PipelineSpec, config: ErrorHandlingConfig, ti
             f"errors.deadletterqueue.topic.name={name!r} does not exist and "
             "errors.deadletterqueue.auto.create.topics.enable=false: create the topic first"
         )
-    topic = NewTopic(name, config.dlq_topic_partitions, config.dlq_topic_replication_factor)
     try:
+        topic = NewTopic(name, config.dlq_topic_partitions, config.dlq_topic_replication_factor)
         admin.create_topics([topic])[name].result(timeout_s)
     except Exception as exc:
         error = exc.args[0] if exc.args else None
         if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return
+        # As in Connect, the replication factor is judged here, by the client and the broker, not at parse time.
         raise DeadLetterTopicUnavailable(
-            f"could not create the DLQ topic {name!r} with {config.dlq_topic_partitions} partitions and "
-            f"replication factor {config.dlq_topic_replication_factor} "
-            "(errors.deadletterqueue.topic.partitions / .replication.factor): "
-            f"{exc}"
+            f"could not create the DLQ topic {name!r} with {DLQ_TOPIC_PARTITIONS}={config.dlq_topic_partitions} "
+            f"and {DLQ_TOPIC_REPLICATION_FACTOR}={config.dlq_topic_replication_factor}: {describe_error(exc)}"
         ) from exc
     LOG.info(
         "created DLQ topic %s (%d partitions, replication factor %d)",
@@ -516,6 +539,20 @@ def run_job(spark: Any, spec: PipelineSpec, run_id: str) -> dict[str, Any]:
     }
 
 
+def failure_summary(text: str) -> list[str]:
+    """The lines worth logging from a failed run's exception text: the headline, its causes, the error context.
+
+    Spark wraps a task's failure in its own text with the worker's traceback; the headline
+    is the first line naming an error, and the ``caused by`` lines carry what Spark drops
+    from the exception chain (the Kafka error behind a failed DLQ write, say).
+    """
+    lines = text.splitlines()
+    headline = next((line for line in lines if "Tolerance exceeded" in line or "Error" in line), text[:500])
+    causes = [line for line in lines if line.startswith(CAUSE_MARKER)]
+    context = [line[line.index(ERROR_CONTEXT_MARKER) :] for line in lines if ERROR_CONTEXT_MARKER in line][:1]
+    return [headline, *causes, *context]
+
+
 def load_spec(args: argparse.Namespace) -> PipelineSpec:
     if args.spec_file:
         return PipelineSpec.from_json(Path(args.spec_file).read_text())
@@ -542,12 +579,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run_job(spark, spec, run_id)
     except Exception as exc:
-        text = str(exc)
-        context = text[text.index(ERROR_CONTEXT_MARKER) :].splitlines()[0] if ERROR_CONTEXT_MARKER in text else ""
-        headline = next((line for line in text.splitlines() if "Tolerance exceeded" in line or "Error" in line), "")
-        LOG.error("run %s of pipeline %s failed, no offsets committed: %s", run_id, spec.name, headline or text[:500])
-        if context:
-            LOG.error(context)
+        headline, *details = failure_summary(str(exc))
+        LOG.error("run %s of pipeline %s failed, no offsets committed: %s", run_id, spec.name, headline)
+        for line in details:
+            LOG.error(line)
         return 1
     finally:
         spark.stop()

@@ -8,20 +8,40 @@ Airflow imports: this module runs under spark-submit.
 from __future__ import annotations
 
 import base64
+import binascii
 import copy
 import importlib
 import json
+import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Final
 
 from airflow_kerr.errors import ErrorHandlingConfig, InvalidErrorsConfig
+from airflow_kerr.errors.config import (
+    INT_MAX,
+    LONG_MAX,
+    LONG_MIN,
+    MASK,
+    is_sensitive_key,
+    show_value,
+    topic_name_problem,
+)
 
 BUILTIN_CONVERTERS = ("bytes", "string", "json")
 SINK_KINDS = ("kafka", "parquet", "jsonl", "callable")
 SOURCE_FORMATS = ("kerr_kafka", "kafka")
 STARTING_OFFSETS = ("group", "earliest", "latest")
 DEFAULT_METRICS_TOPIC = "kerr.metrics"
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+#: Stands for a required field the data did not give; validation reports it as required.
+_MISSING: Final[Any] = _Missing()
 
 
 class InvalidPipelineSpec(ValueError):
@@ -89,88 +109,110 @@ class PipelineSpec:
     def from_dict(cls, data: Mapping[str, Any]) -> PipelineSpec:
         """Build and validate from plain data (JSON, a DAG's dict); every problem is reported at once.
 
-        The spec owns a deep copy: changing it never changes the caller's dicts.
+        A missing or malformed ``source`` or ``sink`` is one problem among the others: the
+        ``errors.*`` settings and every other field are still checked. Only
+        :class:`InvalidPipelineSpec` is raised, whatever the data holds. The spec owns a deep
+        copy: changing it never changes the caller's dicts.
         """
-        data = copy.deepcopy(dict(data))
-        problems: list[str] = []
-        source_data = data.get("source")
-        sink_data = data.get("sink")
-        if not isinstance(source_data, Mapping):
-            problems.append("source: required, a mapping with 'topics' and 'group_id'")
-        if not isinstance(sink_data, Mapping):
-            problems.append(f"sink: required, a mapping with 'kind' (one of {', '.join(SINK_KINDS)})")
-        if problems:
-            raise InvalidPipelineSpec(problems)
-        assert isinstance(source_data, Mapping) and isinstance(sink_data, Mapping)
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(set(data) - known)
-        problems += [f"{key}: unknown field; accepted fields are {', '.join(sorted(known))}" for key in unknown]
+        if not isinstance(data, Mapping):
+            raise InvalidPipelineSpec([_bad("spec", data, "a mapping of pipeline fields (name, source, sink, ...)")])
         try:
-            source = SourceSpec(**dict(source_data))
-            sink = SinkSpec(**dict(sink_data))
-            rest = {k: v for k, v in data.items() if k in known and k not in ("source", "sink")}
-            spec = cls(source=source, sink=sink, **rest)
-        except TypeError as exc:
-            raise InvalidPipelineSpec([*problems, f"{exc}"]) from None
-        spec.validate(problems)
+            data = copy.deepcopy(dict(data))
+        except Exception as exc:
+            raise InvalidPipelineSpec([f"spec: expected plain data (JSON types) that can be copied: {exc}"]) from None
+        problems: list[str] = []
+        known = [f.name for f in fields(cls)]
+        problems += _unknown_field_problems("", data, known)
+        source = _section(data, "source", SourceSpec, ("topics", "group_id"), problems)
+        sink = _section(data, "sink", SinkSpec, ("kind",), problems)
+        rest = {k: v for k, v in data.items() if k in known and k not in ("name", "source", "sink")}
+        spec = cls(
+            name=data.get("name", _MISSING),
+            source=source or SourceSpec(topics=_MISSING, group_id=_MISSING),
+            sink=sink or SinkSpec(kind=_MISSING),
+            **rest,
+        )
+        spec._check(problems, source_given=source is not None, sink_given=sink is not None)
         return spec
 
     def validate(self, problems: list[str] | None = None) -> ErrorHandlingConfig:
         """Check every field and return the parsed ``errors.*`` policy; raise once with all problems."""
-        problems = [] if problems is None else problems
-        if not self.name or not isinstance(self.name, str):
-            problems.append(f"name={self.name!r}: required, a non-empty string (used in error contexts)")
-        if not isinstance(self.source.topics, list) or not self.source.topics:
-            problems.append(f"source.topics={self.source.topics!r}: required, a non-empty list of topic names")
-        if not self.source.group_id:
-            problems.append(f"source.group_id={self.source.group_id!r}: required, the consumer group that commits")
-        if self.source.starting_offsets not in STARTING_OFFSETS:
-            accepted = ", ".join(STARTING_OFFSETS)
-            problems.append(f"source.starting_offsets={self.source.starting_offsets!r}: expected one of {accepted}")
-        if self.source.format not in SOURCE_FORMATS:
-            problems.append(f"source.format={self.source.format!r}: expected one of {', '.join(SOURCE_FORMATS)}")
-        if not isinstance(self.source.max_records_per_partition, int) or self.source.max_records_per_partition < 1:
-            problems.append(
-                f"source.max_records_per_partition={self.source.max_records_per_partition!r}: expected an integer >= 1"
-            )
-        self._validate_sink(problems)
+        return self._check([] if problems is None else problems, source_given=True, sink_given=True)
+
+    def _check(self, problems: list[str], *, source_given: bool, sink_given: bool) -> ErrorHandlingConfig:
+        if not _is_text(self.name):
+            problems.append(_bad("name", self.name, "a non-empty string (used in error contexts)"))
+        source_given = source_given and _is_section(self.source, SourceSpec, "source", problems)
+        sink_given = sink_given and _is_section(self.sink, SinkSpec, "sink", problems)
+        topics = self._check_source(problems) if source_given else []
+        if sink_given:
+            self._check_sink(problems, topics)
+        problems += _kafka_problems(self.kafka)
         for name, value in (("key_converter", self.key_converter), ("value_converter", self.value_converter)):
-            if not isinstance(value, str) or (value not in BUILTIN_CONVERTERS and "." not in value):
-                problems.append(
-                    f"{name}={value!r}: expected one of {', '.join(BUILTIN_CONVERTERS)} or a dotted-path callable"
-                )
-        if not isinstance(self.transformations, list) or not all(
-            isinstance(t, str) and "." in t for t in self.transformations
-        ):
-            problems.append(f"transformations={self.transformations!r}: expected a list of dotted-path callables")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            problems.append(f"batch_size={self.batch_size!r}: expected an integer >= 1")
-        if not isinstance(self.task_id, int) or self.task_id < 0:
-            problems.append(f"task_id={self.task_id!r}: expected an integer >= 0")
-        if not self.metrics_topic or self.metrics_topic.startswith("__"):
-            problems.append(f"metrics_topic={self.metrics_topic!r}: expected a topic name not starting with '__'")
-        config = None
-        try:
-            config = ErrorHandlingConfig.from_properties(self.errors, source_topics=list(self.source.topics or []))
-        except InvalidErrorsConfig as exc:
-            problems.extend(str(p) for p in exc.problems)
-        if problems:
+            if not (isinstance(value, str) and (value in BUILTIN_CONVERTERS or _is_dotted_path(value))):
+                problems.append(_bad(name, value, f"one of {', '.join(BUILTIN_CONVERTERS)} or a dotted-path callable"))
+        problems += _transformation_problems(self.transformations)
+        problems += _int_problems("batch_size", self.batch_size, 1, INT_MAX)
+        problems += _int_problems("task_id", self.task_id, 0, INT_MAX)
+        problem = _topic_problem(self.metrics_topic)
+        if problem:
+            problems.append(_bad("metrics_topic", self.metrics_topic, problem))
+        config = self._check_errors(problems, topics)
+        if problems or config is None:
             raise InvalidPipelineSpec(problems)
-        assert config is not None
         return config
 
-    def _validate_sink(self, problems: list[str]) -> None:
+    def _check_source(self, problems: list[str]) -> list[str]:
+        """Check ``source.*``; return its topics when they are valid (the DLQ and sink checks need them)."""
+        source = self.source
+        topics = _topics_problems(source.topics, problems)
+        if not _is_text(source.group_id):
+            problems.append(
+                _bad("source.group_id", source.group_id, "a non-empty string, the consumer group that commits")
+            )
+        for key, value, accepted in (
+            ("source.starting_offsets", source.starting_offsets, STARTING_OFFSETS),
+            ("source.format", source.format, SOURCE_FORMATS),
+        ):
+            if not (isinstance(value, str) and value in accepted):
+                problems.append(_bad(key, value, f"one of {', '.join(accepted)}"))
+        if source.starting_timestamp_ms is not None:
+            problems += _int_problems("source.starting_timestamp_ms", source.starting_timestamp_ms, 0, LONG_MAX)
+        problems += _int_problems("source.max_records_per_partition", source.max_records_per_partition, 1, LONG_MAX)
+        return topics
+
+    def _check_sink(self, problems: list[str], source_topics: list[str]) -> None:
         sink = self.sink
-        if sink.kind not in SINK_KINDS:
-            problems.append(f"sink.kind={sink.kind!r}: expected one of {', '.join(SINK_KINDS)}")
-        elif sink.kind == "kafka" and not sink.topic:
-            problems.append("sink.topic: required when sink.kind='kafka'")
-        elif sink.kind in ("parquet", "jsonl") and not sink.path:
-            problems.append(f"sink.path: required when sink.kind={sink.kind!r}")
-        elif sink.kind == "callable" and (not sink.callable or "." not in sink.callable):
-            problems.append(f"sink.callable={sink.callable!r}: required when sink.kind='callable', a dotted path")
-        if sink.kind == "kafka" and sink.topic in (self.source.topics or []):
+        if not (isinstance(sink.kind, str) and sink.kind in SINK_KINDS):
+            problems.append(_bad("sink.kind", sink.kind, f"one of {', '.join(SINK_KINDS)}"))
+        needed = {"kafka": "topic", "parquet": "path", "jsonl": "path", "callable": "callable"}.get(
+            sink.kind if isinstance(sink.kind, str) else ""
+        )
+        for name, value in (("topic", sink.topic), ("path", sink.path), ("callable", sink.callable)):
+            if value is None:
+                if name == needed:
+                    problems.append(f"sink.{name}: required when sink.kind={sink.kind!r}, {_SINK_FIELDS[name]}")
+                continue
+            problem = _sink_field_problem(name, value)
+            if problem:
+                problems.append(_bad(f"sink.{name}", value, problem))
+        if isinstance(sink.topic, str) and sink.topic in source_topics:
             problems.append(f"sink.topic={sink.topic!r}: must not be one of the source topics (it would loop)")
+
+    def _check_errors(self, problems: list[str], source_topics: list[str]) -> ErrorHandlingConfig | None:
+        """The ``errors.*`` policy; ``errors`` holds only ``errors.*`` keys (a missing prefix is not ignored)."""
+        if not isinstance(self.errors, Mapping):
+            problems.append(_bad("errors", self.errors, "a mapping of errors.* keys to values"))
+            return None
+        strays = [key for key in self.errors if isinstance(key, str) and not key.startswith("errors.")]
+        for key in strays:
+            problems.append(_bad(f"errors[{key!r}]", self.errors[key], "keys starting with 'errors.'"))
+        try:
+            config = ErrorHandlingConfig.from_properties(self.errors, source_topics=source_topics)
+        except InvalidErrorsConfig as exc:
+            problems.extend(str(p) for p in exc.problems)
+            return None
+        return None if strays else config
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -183,8 +225,146 @@ class PipelineSpec:
 
     @classmethod
     def from_json(cls, text: str) -> PipelineSpec:
-        return cls.from_dict(json.loads(text))
+        """Parse and validate; text that is not JSON is an :class:`InvalidPipelineSpec` too."""
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidPipelineSpec([f"spec: expected a JSON object: {exc}"]) from None
+        return cls.from_dict(data)
 
     @classmethod
     def from_base64(cls, text: str) -> PipelineSpec:
-        return cls.from_json(base64.urlsafe_b64decode(text.encode()).decode())
+        """Decode URL-safe base64 JSON (``--spec-b64``) and validate it."""
+        try:
+            decoded = base64.urlsafe_b64decode(text.encode()).decode()
+        except (AttributeError, binascii.Error, ValueError) as exc:
+            raise InvalidPipelineSpec([f"spec: expected URL-safe base64 of UTF-8 JSON: {exc}"]) from None
+        return cls.from_json(decoded)
+
+
+_SINK_FIELDS = {
+    "topic": "a Kafka topic name",
+    "path": "a non-empty path string",
+    "callable": "a dotted-path callable 'package.module.function'",
+}
+
+
+def _bad(key: str, value: object, accepted: str) -> str:
+    """One problem: the key, the value given and what is accepted (``key=value: expected ...``)."""
+    if value is _MISSING:
+        return f"{key}: required, {accepted}"
+    return f"{key}={show_value(value)}: expected {accepted}"
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _is_dotted_path(value: str) -> bool:
+    """``package.module.name`` (or ``package.module:name``): at least two Python identifiers."""
+    parts = value.replace(":", ".").split(".")
+    return len(parts) >= 2 and all(part.isidentifier() for part in parts)
+
+
+def _topic_problem(value: object, *, internal_allowed: bool = False) -> str | None:
+    if not isinstance(value, str):
+        return "a Kafka topic name (a string)"
+    problem = topic_name_problem(value, internal_allowed=internal_allowed)
+    return problem.removeprefix("expected ") if problem else None
+
+
+def _sink_field_problem(name: str, value: object) -> str | None:
+    if name == "topic":
+        return _topic_problem(value)
+    if name == "path":
+        return None if _is_text(value) else _SINK_FIELDS["path"]
+    return None if isinstance(value, str) and _is_dotted_path(value) else _SINK_FIELDS["callable"]
+
+
+def _int_problems(key: str, value: object, low: int, high: int) -> list[str]:
+    """An integer in ``[low, high]``; ``bool`` is refused although Python counts it as an ``int``."""
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return []
+    return [_bad(key, value, f"an integer in {low}..{high}")]
+
+
+def _topics_problems(topics: object, problems: list[str]) -> list[str]:
+    """Check ``source.topics``; return them when every one is a topic name, else an empty list."""
+    accepted = "a non-empty list of distinct Kafka topic names"
+    if not isinstance(topics, list) or not topics:
+        problems.append(_bad("source.topics", topics, accepted))
+        return []
+    found = [
+        _bad(f"source.topics[{index}]", topic, problem)
+        for index, topic in enumerate(topics)
+        if (problem := _topic_problem(topic, internal_allowed=True))
+    ]
+    if not found and len(set(topics)) != len(topics):
+        found.append(_bad("source.topics", topics, accepted + " (a topic listed twice would be read twice)"))
+    problems += found
+    return [] if found else list(topics)
+
+
+def _transformation_problems(transformations: object) -> list[str]:
+    accepted = "a dotted-path callable 'package.module.function'"
+    if not isinstance(transformations, list):
+        return [_bad("transformations", transformations, f"a list, each {accepted}")]
+    return [
+        _bad(f"transformations[{index}]", path, accepted)
+        for index, path in enumerate(transformations)
+        if not (isinstance(path, str) and _is_dotted_path(path))
+    ]
+
+
+def _kafka_problems(kafka: object) -> list[str]:
+    """librdkafka settings: property names to strings, numbers or booleans; a credential is never echoed."""
+    if not isinstance(kafka, Mapping):
+        return [_bad("kafka", kafka, "a mapping of librdkafka properties, such as {'bootstrap.servers': 'host:9092'}")]
+    problems: list[str] = []
+    for key, value in kafka.items():
+        if not _is_text(key):
+            problems.append(_bad("kafka key", key, "a librdkafka property name (a non-empty string)"))
+        elif not _is_kafka_value(value):
+            shown = MASK if is_sensitive_key(key) else value
+            problems.append(_bad(f"kafka[{key!r}]", shown, "a string, a finite number or a boolean"))
+    return problems
+
+
+def _is_kafka_value(value: object) -> bool:
+    if isinstance(value, str | bool):
+        return True
+    if isinstance(value, int):
+        return LONG_MIN <= value <= LONG_MAX
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _unknown_field_problems(prefix: str, data: Mapping[Any, Any], known: list[str]) -> list[str]:
+    problems: list[str] = []
+    for key in data:
+        if not isinstance(key, str):
+            problems.append(f"{prefix}{show_value(key)}: field names must be strings; accepted: {', '.join(known)}")
+        elif key not in known:
+            problems.append(f"{prefix}{key}: unknown field; accepted fields are {', '.join(sorted(known))}")
+    return problems
+
+
+def _is_section(value: object, section: type[Any], name: str, problems: list[str]) -> bool:
+    """A spec built in code (not by :meth:`PipelineSpec.from_dict`) may hold anything in ``source``/``sink``."""
+    if isinstance(value, section):
+        return True
+    problems.append(_bad(name, value, f"a {section.__name__}"))
+    return False
+
+
+def _section(
+    data: Mapping[str, Any], name: str, section: type[Any], required: tuple[str, ...], problems: list[str]
+) -> Any:
+    """``source`` or ``sink`` as its dataclass, required fields missing marked so; ``None`` when not a mapping."""
+    known = [f.name for f in fields(section)]
+    value = data.get(name, _MISSING)
+    if not isinstance(value, Mapping):
+        problems.append(_bad(name, value, f"a mapping with {', '.join(repr(r) for r in required)}"))
+        return None
+    problems += _unknown_field_problems(f"{name}.", value, known)
+    given = {key: value[key] for key in known if key in value}
+    return section(**{key: _MISSING for key in required} | given)

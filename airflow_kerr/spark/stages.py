@@ -15,7 +15,7 @@ built only for a record that failed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +78,9 @@ class BatchRunner:
     """Runs one stage over a batch under the retry/tolerance policy, isolating the records that fail.
 
     ``source_record(i)`` builds the :class:`SourceRecord` of row ``i`` of the current
-    batch; it is called only for a failed record.
+    batch; it is called only for a failed record. When retries are on, the clock is read
+    as each record is handed to the stage, as Connect reads it before every operation:
+    the retry deadline of a record that fails runs from the start of its first attempt.
     """
 
     def __init__(self, retry: RetryWithTolerance) -> None:
@@ -97,21 +99,30 @@ class BatchRunner:
         failures = 0
         start = 0
         total = len(items)
+        stamp = [0.0]
+        clock = self.retry.clock if self.retry.config.retry_enabled else None
         while start < total:
+            segment = items[start:] if start else items
             try:
-                results.extend(map(fn, items[start:] if start else items))
+                results.extend(map(fn, segment if clock is None else _stamped(segment, clock, stamp)))
                 break
             except Exception as error:
                 failed = len(results)
-                results.append(
-                    self.retry.execute_after_failure(stage, fn, source_record(rows[failed]), error, items[failed])
-                )
+                record = source_record(rows[failed])
+                results.append(self.retry.execute_after_failure(stage, fn, record, error, stamp[0], items[failed]))
                 failures += 1
                 start = failed + 1
         if failures == 0:
             return results, list(rows)
         kept = [i for i, value in enumerate(results) if value is not SKIPPED]
         return [results[i] for i in kept], [rows[i] for i in kept]
+
+
+def _stamped(items: Sequence[Any], clock: Callable[[], float], stamp: list[float]) -> Iterator[Any]:
+    """Yield ``items``, noting in ``stamp[0]`` the clock as each is taken: ``map`` takes one right before calling."""
+    for item in items:
+        stamp[0] = clock()
+        yield item
 
 
 def drop_filtered(records: list[Any], rows: list[int]) -> tuple[list[Any], list[int]]:

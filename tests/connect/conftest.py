@@ -291,7 +291,13 @@ class RealConnect:
             return result
 
     def states(self, name: str) -> tuple[str, list[str]]:
-        status = self.status(name)
+        """(connector state, task states); ("UNKNOWN", []) while the worker has no status yet (404 after a create)."""
+        try:
+            status = self.status(name)
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code != 404:
+                raise
+            return "UNKNOWN", []
         return status["connector"]["state"], [t["state"] for t in status["tasks"]]
 
     def add_connector(self, name: str, config: dict[str, str]) -> None:
@@ -418,7 +424,7 @@ def sink(
                 topic, f"{name}.txt", **{"tasks.max": str(tasks), "errors.tolerance": tolerance}, **config
             ),
         )
-        _wait_until(lambda: connect.states(name) == ("RUNNING", ["RUNNING"] * tasks))
+        _wait_until(lambda: connect.states(name) == ("RUNNING", ["RUNNING"] * tasks), timeout_s=90)
         if tasks > 1:
             admin = AdminClient({"bootstrap.servers": kafka_bootstrap, "log_level": 0})
             expected = {task: [task] for task in range(tasks)}

@@ -223,6 +223,8 @@ def test_the_dlq_topic_is_created_with_the_configured_partitions(
     spec = make_spec(kafka_config, topic, errors_tolerance="all")
     spec.errors["errors.deadletterqueue.topic.name"] = f"{topic}.new-dlq"
     spec.errors["errors.deadletterqueue.topic.partitions"] = "3"
+    # Connect's default of 3 replicas needs 3 brokers; -1 takes the single test broker's default.
+    spec.errors["errors.deadletterqueue.topic.replication.factor"] = "-1"
 
     run_job(spark, spec, run_id="create-dlq")
 
@@ -257,8 +259,12 @@ def test_a_failed_dlq_write_fails_the_run_and_is_counted(
     spec = make_spec(kafka_config, topic, errors_tolerance="all")
     spec.kafka["message.max.bytes"] = 1000
 
-    with pytest.raises(Exception, match="Could not produce message to dead letter queue"):
+    with pytest.raises(Exception, match="Could not produce message to dead letter queue") as raised:
         run_job(spark, spec, run_id="dlq-fails")
+
+    # Spark keeps only the last exception of the worker's chain: the Kafka error must be in its text.
+    assert "KafkaError MSG_SIZE_TOO_LARGE" in str(raised.value)
+    assert any("MSG_SIZE_TOO_LARGE" in line for line in job.failure_summary(str(raised.value)))
 
     assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001]
     failed = [r for r in read_metrics_records(kafka_config, f"{topic}.metrics", 0) if r.get("state") == "failed"]

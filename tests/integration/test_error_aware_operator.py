@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_kerr.operators.error_aware_spark import ErrorAwareSparkSubmitOperator, build_package_zip
 from airflow_kerr.spark.spec import InvalidPipelineSpec
@@ -59,6 +61,65 @@ def test_an_invalid_errors_dict_fails_dag_parsing_listing_every_bad_key(tmp_path
     ):
         assert key in message, f"{key} not named in:\n{message}"
         assert value in message, f"value {value} of {key} not shown in:\n{message}"
+
+
+def test_errors_problems_are_reported_even_when_source_and_sink_are_missing() -> None:
+    """Parse-time validation used to stop at the missing source/sink and hide every errors.* problem."""
+    with pytest.raises(InvalidPipelineSpec) as raised:
+        ErrorAwareSparkSubmitOperator(
+            task_id="no_source", pipeline={"name": "orders"}, errors={"errors.tolerance": "ALL", "errors.oops": 1}
+        )
+
+    text = str(raised.value)
+    for fragment in ("source: required", "sink: required", "errors.tolerance='ALL'", "errors.oops"):
+        assert fragment in text, f"{fragment!r} missing from:\n{text}"
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "errors", "fragment"),
+    [
+        ({**PIPELINE, "kafka": "x"}, None, "kafka='x': expected a mapping"),
+        ({**PIPELINE, "errors": ["errors.tolerance"]}, {"errors.tolerance": "all"}, "errors=['errors.tolerance']"),
+        (PIPELINE, [("errors.tolerance", "all")], "errors (operator argument)=[('errors.tolerance', 'all')]"),
+        (PIPELINE, "errors.tolerance=all", "errors (operator argument)='errors.tolerance=all'"),
+        (["name", "orders"], None, "pipeline=['name', 'orders']: expected a mapping"),
+        ({**PIPELINE, "source": {"topics": [""], "group_id": ["g"]}}, None, "source.group_id=['g']"),
+        ({**PIPELINE, "batch_size": True}, None, "batch_size=True"),
+    ],
+)
+def test_every_malformed_argument_fails_parsing_with_the_documented_error(
+    pipeline: Any, errors: Any, fragment: str
+) -> None:
+    with pytest.raises(InvalidPipelineSpec) as raised:
+        ErrorAwareSparkSubmitOperator(task_id="bad", pipeline=pipeline, errors=errors)
+    assert fragment in str(raised.value)
+
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=8), st.sampled_from(["a.b"])
+)
+json_like = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.one_of(st.text(max_size=8), st.integers()), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+fields = st.sampled_from(["name", "source", "sink", "kafka", "errors", "batch_size", "metrics_topic", "task_id"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(fields, json_like, max_size=3),
+    json_like | st.dictionaries(st.sampled_from(["errors.tolerance", "errors.retry.timeout", 1]), json_like),
+)
+def test_any_arguments_build_the_operator_or_fail_with_the_documented_error(
+    overrides: dict[str, Any], errors: Any
+) -> None:
+    try:
+        ErrorAwareSparkSubmitOperator(task_id="fuzz", pipeline={**PIPELINE, **overrides}, errors=errors)
+    except InvalidPipelineSpec as error:
+        assert error.problems
 
 
 def test_templated_pipelines_are_validated_when_rendered() -> None:

@@ -48,6 +48,8 @@ def test_defaults_are_connects_fail_fast_defaults() -> None:
 VALID = [
     ("errors.retry.timeout", "3000", 3000, "retry_timeout_ms", 3000),
     ("errors.retry.timeout", "-1", -1, "retry_timeout_ms", -1),
+    ("errors.retry.timeout", "-2", -2, "retry_timeout_ms", -2),
+    ("errors.retry.timeout", str(-(2**63)), -(2**63), "retry_timeout_ms", -(2**63)),
     ("errors.retry.delay.max.ms", "1", 1, "retry_delay_max_ms", 1),
     ("errors.tolerance", "all", "all", "tolerance", ToleranceType.ALL),
     ("errors.tolerance", " none ", "none", "tolerance", ToleranceType.NONE),
@@ -56,6 +58,9 @@ VALID = [
     ("errors.deadletterqueue.topic.name", "orders.dlq", "orders.dlq", "dlq_topic_name", "orders.dlq"),
     ("errors.deadletterqueue.topic.replication.factor", "1", 1, "dlq_topic_replication_factor", 1),
     ("errors.deadletterqueue.topic.replication.factor", "-1", -1, "dlq_topic_replication_factor", -1),
+    ("errors.deadletterqueue.topic.replication.factor", "0", 0, "dlq_topic_replication_factor", 0),
+    ("errors.deadletterqueue.topic.replication.factor", "-32768", -32768, "dlq_topic_replication_factor", -32768),
+    ("errors.deadletterqueue.topic.replication.factor", "32767", 32767, "dlq_topic_replication_factor", 32767),
     ("errors.deadletterqueue.context.headers.enable", "true", True, "dlq_context_headers_enable", True),
     ("errors.tolerance.limit", "0", 0, "tolerance_limit", 0),
     ("errors.tolerance.limit", "100", 100, "tolerance_limit", 100),
@@ -96,8 +101,9 @@ def test_every_key_is_covered_by_the_valid_value_table() -> None:
 
 # key, bad value, words the message must contain to say what is accepted
 INVALID = [
-    ("errors.retry.timeout", "3s", "-1 (retry forever), 0 (no retry) or a positive number of milliseconds"),
-    ("errors.retry.timeout", -2, "-1 (retry forever)"),
+    ("errors.retry.timeout", "3s", "0 (no retry), a positive number of milliseconds (the retry budget)"),
+    ("errors.retry.timeout", 2**63, "or a negative one such as -1 (retry forever)"),
+    ("errors.retry.timeout", str(-(2**63) - 1), "within -9223372036854775808..9223372036854775807"),
     ("errors.retry.timeout", 3000.0, "expected an integer"),
     ("errors.retry.timeout", True, "expected an integer"),
     ("errors.retry.delay.max.ms", 0, "milliseconds >= 1"),
@@ -113,8 +119,9 @@ INVALID = [
     ("errors.deadletterqueue.topic.name", "..", "not '.' or '..'"),
     ("errors.deadletterqueue.topic.name", "x" * 250, "at most 249 characters"),
     ("errors.deadletterqueue.topic.name", 42, "expected a string"),
-    ("errors.deadletterqueue.topic.replication.factor", 0, "-1 (broker default) or 1..32767"),
-    ("errors.deadletterqueue.topic.replication.factor", 40000, "-1 (broker default) or 1..32767"),
+    ("errors.deadletterqueue.topic.replication.factor", 40000, "-32768..32767 (Java's short)"),
+    ("errors.deadletterqueue.topic.replication.factor", "-32769", "-32768..32767 (Java's short)"),
+    ("errors.deadletterqueue.topic.replication.factor", 3.0, "-1 takes the broker's default.replication.factor"),
     ("errors.deadletterqueue.context.headers.enable", "1", "expected a boolean"),
     ("errors.tolerance.limit", -3, "-1 (no limit) or a number of records >= 0"),
     ("errors.tolerance.limit", "ten", "-1 (no limit) or a number of records >= 0"),
@@ -296,13 +303,13 @@ def test_spark_conf_uses_the_spark_kerr_prefix_and_ignores_other_entries() -> No
 
 configs = st.builds(
     lambda **kwargs: ErrorHandlingConfig(**kwargs),
-    retry_timeout_ms=st.integers(-1, 10**9),
+    retry_timeout_ms=st.integers(-(2**63), 2**63 - 1),
     retry_delay_max_ms=st.integers(1, 10**9),
     tolerance=st.sampled_from(list(ToleranceType)),
     log_enable=st.booleans(),
     log_include_messages=st.booleans(),
     dlq_topic_name=st.sampled_from(["", "dlq.orders", "orders-errors"]),
-    dlq_topic_replication_factor=st.sampled_from([-1, 1, 3, 32767]),
+    dlq_topic_replication_factor=st.integers(-(2**15), 2**15 - 1),
     dlq_context_headers_enable=st.just(True),
     tolerance_limit=st.integers(-1, 10**6),
     tolerance_rate_limit=st.integers(-1, 10**6),

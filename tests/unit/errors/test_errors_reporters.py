@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from airflow_kerr.errors import (
     DeadLetterQueueError,
@@ -147,7 +149,9 @@ def test_a_failing_send_fails_the_work_and_is_counted() -> None:
     with pytest.raises(DeadLetterQueueError) as raised:
         DeadLetterQueueReporter(dlq_config(), metrics, broken).report(failure())
 
-    assert str(raised.value) == "Could not produce message to dead letter queue. topic=dlq.orders"
+    assert str(raised.value) == (
+        "Could not produce message to dead letter queue. topic=dlq.orders: BufferError: queue full"
+    )
     assert isinstance(raised.value.__cause__, BufferError)
     assert raised.value.context is not None
     assert metrics.deadletterqueue_produce_requests == 1
@@ -165,7 +169,9 @@ def test_losing_a_record_needs_the_explicit_opt_in_and_is_logged(caplog: pytest.
         reporter.report(failure())
 
     assert metrics.deadletterqueue_produce_failures == 1
-    assert caplog.records[0].getMessage() == "Could not produce message to dead letter queue. topic=dlq.orders"
+    assert caplog.records[0].getMessage() == (
+        "Could not produce message to dead letter queue. topic=dlq.orders: BufferError: queue full"
+    )
 
 
 def test_an_asynchronous_delivery_failure_fails_the_work() -> None:
@@ -187,3 +193,34 @@ def test_a_failure_without_its_record_cannot_be_written_and_says_so() -> None:
     assert sent == []
     assert "not known" in str(raised.value.__cause__)
     assert metrics.deadletterqueue_produce_failures == 1
+
+
+@pytest.mark.parametrize("lose", [False, True])
+def test_a_kafka_error_is_named_by_its_code_in_the_message_and_the_log(
+    lose: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A DLQ write Kafka refuses used to fail the run without the Kafka error appearing anywhere in the log."""
+
+    def too_large(record: DeadLetterQueueRecord) -> None:
+        raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+
+    reporter = DeadLetterQueueReporter(dlq_config(), ErrorMetrics(), too_large, lose_records_on_send_failure=lose)
+    expected = (
+        "Could not produce message to dead letter queue. topic=dlq.orders: "
+        "KafkaError MSG_SIZE_TOO_LARGE: Broker: Message size too large"
+    )
+    with caplog.at_level(logging.ERROR):
+        if lose:
+            reporter.report(failure())
+        else:
+            with pytest.raises(DeadLetterQueueError, match=re.escape(expected)):
+                reporter.report(failure())
+
+    assert [record.getMessage() for record in caplog.records] == [expected]
+
+
+def test_an_asynchronous_delivery_error_is_named_too() -> None:
+    reporter = DeadLetterQueueReporter(dlq_config(), ErrorMetrics(), lambda record: None)
+
+    with pytest.raises(DeadLetterQueueError, match="KafkaError TOPIC_AUTHORIZATION_FAILED: "):
+        reporter.delivery_failed(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
