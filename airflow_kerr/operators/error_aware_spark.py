@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 import airflow_kerr
 from airflow_kerr.errors.config import show_value
@@ -21,6 +22,12 @@ from airflow_kerr.spark import job
 from airflow_kerr.spark.spec import InvalidPipelineSpec, PipelineSpec
 
 _TEMPLATE_MARK = re.compile(r"{{|{%")
+CLUSTER_MODE_MESSAGE = (
+    "ErrorAwareSparkSubmitOperator runs in client deploy mode only, but {where}: the pipeline spec (which may hold "
+    "credentials) is handed to the driver as a file readable only on the machine that submits the job, which a "
+    "driver started in the cluster cannot read (and Spark standalone has no cluster mode for Python applications). "
+    "Remove deploy-mode 'cluster'; the executors still run on the cluster."
+)
 
 
 def _templated(value: Any) -> bool:
@@ -98,6 +105,8 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         self.errors: Any = dict(errors) if isinstance(errors, Mapping) else ({} if errors is None else errors)
         self.kafka_config_id = kafka_config_id
         self.ship_package = ship_package
+        if self._deploy_mode == "cluster":
+            raise ValueError(CLUSTER_MODE_MESSAGE.format(where="deploy_mode='cluster'"))
         if not _templated(self.pipeline) and not _templated(self.errors):
             self.spec(kafka_config={})
 
@@ -133,6 +142,10 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         return re.sub(r"[^A-Za-z0-9._-]+", "_", ".".join(str(p) for p in parts))
 
     def execute(self, context: Any) -> dict[str, Any] | None:  # type: ignore[override]
+        if self._get_hook()._connection.get("deploy_mode") == "cluster":
+            raise AirflowFailException(
+                CLUSTER_MODE_MESSAGE.format(where=f"the connection {self._conn_id!r} sets deploy-mode 'cluster'")
+            )
         kafka_config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
         spec = self.spec(kafka_config)
         run_id = self.run_id(context)

@@ -32,6 +32,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import uuid
@@ -68,7 +69,8 @@ LOG = logging.getLogger("airflow_kerr.spark.job")
 RESULT_PREFIX = "KERR_RESULT "
 ERROR_CONTEXT_MARKER = "first failure error context: "
 CAUSE_MARKER = "caused by "
-# Fault injection for the at-least-once test: exit after the outputs are flushed and before the commit.
+# Fault injection for the at-least-once trials, after the outputs are flushed and before the commit:
+# "kill" SIGKILLs the driver (no cleanup runs, as when the machine or the OOM killer takes it), anything else exits 3.
 EXIT_BEFORE_COMMIT_ENV = "KERR_EXIT_BEFORE_COMMIT"
 SUMMARY_SCHEMA = "topic string, partition int, first_offset long, last_offset long, records_in long, records_out long"
 _SPARK_TO_TIMESTAMP_TYPE = {0: TimestampType.CREATE_TIME, 1: TimestampType.LOG_APPEND_TIME}
@@ -525,7 +527,11 @@ def run_job(spark: Any, spec: PipelineSpec, run_id: str) -> dict[str, Any]:
     check_run_limits(config, metrics)
     publish_run_metrics(spec, run_id, metrics, started_ms, "success")
     if os.environ.get(EXIT_BEFORE_COMMIT_ENV):
-        LOG.error("%s is set: exiting after the outputs were flushed, before the offset commit", EXIT_BEFORE_COMMIT_ENV)
+        LOG.error(
+            "%s is set: stopping after the outputs were flushed, before the offset commit", EXIT_BEFORE_COMMIT_ENV
+        )
+        if os.environ[EXIT_BEFORE_COMMIT_ENV] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
         os._exit(3)
     commit_offsets(spec, ranges)
     records_out = sum(int(row["records_out"]) for row in summaries)

@@ -214,6 +214,56 @@ def test_a_run_killed_before_the_commit_loses_nothing(
     ]
 
 
+def test_a_driver_sigkilled_between_sink_output_and_commit_loses_no_input(
+    kafka_config: dict[str, Any],
+    orders: tuple[str, GeneratedOrders],
+    tmp_path: Path,
+    java_home: str,
+    record_property: Callable[[str, object], None],
+) -> None:
+    """Kill trial: the real driver process is SIGKILLed after the sink and DLQ outputs are flushed and before the
+    offset commit (no cleanup runs); the next run re-reads everything. Every input (partition, offset) reaches
+    the sink or the DLQ; the duplicates at-least-once allows are counted and reported (property ``duplicates``)."""
+    topic, generated = orders
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(make_spec(kafka_config, topic, errors_tolerance="all").to_json())
+    submit = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]", "--conf",
+              "spark.ui.enabled=false", job.__file__, "--spec-file", str(spec_file)]  # fmt: skip
+
+    killed = subprocess.run(
+        submit, env={**os.environ, EXIT_BEFORE_COMMIT_ENV: "kill"}, capture_output=True, text=True, timeout=300
+    )
+    assert killed.returncode != 0, "the driver was killed, the submission cannot have succeeded"
+    assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001], "killed before the commit"
+    rerun = subprocess.run(submit, env=os.environ.copy(), capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+
+    inputs = {(m.partition(), m.offset()): m.value() for m in read_all(kafka_config, topic)}
+    sink_ids = [json.loads(m.value())["id"] for m in read_all(kafka_config, f"{topic}.clean")]
+    dead = [parse_dead_letter(m.headers() or [], m.key(), m.value()) for m in read_all(kafka_config, f"{topic}.dlq")]
+    dlq_coordinates = [(d.source_partition, d.source_offset) for d in dead]
+
+    def reached(coordinate: tuple[int, int], value: bytes) -> bool:
+        if coordinate in dlq_coordinates:
+            return True
+        try:
+            return json.loads(value)["id"] in sink_ids
+        except (ValueError, KeyError, TypeError):
+            return False
+
+    lost = [coordinate for coordinate, value in inputs.items() if not reached(coordinate, value)]
+    assert not lost, f"{len(lost)} inputs reached neither the sink nor the DLQ: {lost[:10]}"
+    duplicates = (len(sink_ids) - len(set(sink_ids))) + (len(dlq_coordinates) - len(set(dlq_coordinates)))
+    record_property("duplicates", duplicates)
+    print(
+        f"kill trial: {len(inputs)} inputs, none lost, {duplicates} duplicates (at-least-once, re-read after the kill)"
+    )
+    assert duplicates == generated.total, "each input written once by the killed run and once by the rerun"
+    assert committed(kafka_config, f"{topic}-group", topic, 2) == [
+        end_offsets(kafka_config, [(topic, p)])[(topic, p)] for p in range(2)
+    ]
+
+
 def test_the_dlq_topic_is_created_with_the_configured_partitions(
     spark: Any, kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
 ) -> None:

@@ -166,3 +166,19 @@ def test_example_dag_runs_and_pushes_the_run_metrics(
     assert metrics["records_in"] == generated["total"] == 700
     assert metrics["total-records-skipped"] == generated["malformed"] + generated["invalid"]
     assert metrics["total-retries"] == generated["flaky"]
+
+
+def test_cluster_deploy_mode_is_refused_with_what_to_do_instead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spec file lives on the submitting machine, so a driver started in the cluster could not read it."""
+    with pytest.raises(ValueError, match=r"client deploy mode only, but deploy_mode='cluster'.*Remove deploy-mode"):
+        ErrorAwareSparkSubmitOperator(task_id="cluster", pipeline=PIPELINE, deploy_mode="cluster")
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_YARN_CLUSTER",
+        json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}),
+    )
+    operator = ErrorAwareSparkSubmitOperator(task_id="via_conn", pipeline=PIPELINE, conn_id="spark_yarn_cluster")
+    with pytest.raises(AirflowFailException, match=r"the connection 'spark_yarn_cluster' sets deploy-mode 'cluster'"):
+        operator.execute({})
