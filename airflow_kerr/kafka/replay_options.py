@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import Stage
 from airflow_kerr.errors.dead_letter import INT64_MAX, TOPIC_NAME_RULE, is_topic_name, shown
 from airflow_kerr.kafka.replay_select import DEFAULT_MAX_REPLAYS, PARKING_SUFFIX, FixFn, Selection
@@ -28,7 +29,6 @@ from airflow_kerr.kafka.replay_txn import (
     MAX_TRANSACTION_TIMEOUT_S,
     MIN_TRANSACTION_TIMEOUT_S,
 )
-from airflow_kerr.spark.spec import import_callable
 
 MAX_BATCH_SIZE = 100_000
 #: Records per transaction: a transaction costs a few round trips, so fewer, larger ones replay faster.

@@ -17,8 +17,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import DeadLetterQueueRecord
-from airflow_kerr.spark.spec import SinkSpec, import_callable
+from airflow_kerr.spark.spec import SinkSpec
 from airflow_kerr.spark.stages import PipelineRecord
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
-import importlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final
 
@@ -50,17 +49,6 @@ class InvalidPipelineSpec(ValueError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("invalid pipeline spec:\n  - " + "\n  - ".join(problems))
-
-
-def import_callable(path: str) -> Callable[..., Any]:
-    """Import ``package.module.name`` (or ``package.module:name``) and return the callable."""
-    module_name, sep, attr = path.replace(":", ".").rpartition(".")
-    if not sep or not module_name:
-        raise ImportError(f"{path!r} is not a dotted path: expected 'package.module.function'")
-    target = getattr(importlib.import_module(module_name), attr, None)
-    if not callable(target):
-        raise ImportError(f"{path!r}: {module_name} has no callable named {attr!r}")
-    return target
 
 
 @dataclass

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import SKIPPED, PipelineStage, RetryWithTolerance, SourceRecord, Stage
 from airflow_kerr.errors.record import Header
-from airflow_kerr.spark.spec import import_callable
 
 BUILTIN_CLASS = "airflow_kerr.spark.stages"
 
