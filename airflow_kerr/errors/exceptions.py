@@ -1,16 +1,17 @@
-"""Exception types, Kafka client error classification and Java-like exception rendering.
+"""Exception types, the duck-typed reading of a Kafka client error, and Java-like exception rendering.
 
 Connect decides retry and tolerance by exception type: ``RetriableException`` is retried,
 everything else is not, and a failure the handler will not tolerate surfaces as a
-``ConnectException``. These are the Python equivalents, plus a classifier for
-confluent-kafka's ``KafkaError`` flags so client errors take part in the same decision.
+``ConnectException``. These are the Python equivalents. A confluent-kafka ``KafkaError``
+takes part in the same decision through its flags (:func:`is_retriable`), read by duck
+typing so this package never imports confluent-kafka; the full KIP-691 classification
+the replay needs is :mod:`airflow_kerr.kafka.client_errors`.
 """
 
 from __future__ import annotations
 
 import linecache
 import traceback
-from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -58,28 +59,13 @@ class DeadLetterQueueError(ConnectError):
 
 @runtime_checkable
 class KafkaErrorLike(Protocol):
-    """The part of confluent-kafka's ``KafkaError`` the classifier reads."""
+    """The part of confluent-kafka's ``KafkaError`` read here and by the client-error classifier."""
 
     def fatal(self) -> bool: ...
 
     def retriable(self) -> bool: ...
 
     def txn_requires_abort(self) -> bool: ...
-
-
-class KafkaErrorKind(StrEnum):
-    """What to do about a Kafka client error (KIP-691's categories)."""
-
-    #: The producer or consumer is unusable: close it and fail with the cause.
-    FATAL = "fatal"
-    #: The transaction must be aborted, the consumer rewound and the batch retried.
-    ABORTABLE = "abortable"
-    #: Retry the call.
-    RETRIABLE = "retriable"
-    #: A timeout inside ``commit_transaction``: retry the commit, never abort blindly.
-    COMMIT_OUTCOME_UNKNOWN = "commit_outcome_unknown"
-    #: A permanent error of this call that does not poison the client.
-    NON_RETRIABLE = "non_retriable"
 
 
 #: Error names treated as fatal whatever their flags say (KIP-691's fatal list).
@@ -95,9 +81,6 @@ FATAL_ERROR_NAMES: frozenset[str] = frozenset(
         "INVALID_TXN_STATE",
     }
 )
-#: Fatal only when raised by a transactional call.
-FATAL_IN_TRANSACTION_NAMES: frozenset[str] = frozenset({"INVALID_PRODUCER_EPOCH"})
-_TIMEOUT_NAMES = frozenset({"_TIMED_OUT", "REQUEST_TIMED_OUT", "_MSG_TIMED_OUT", "_TIMED_OUT_QUEUE"})
 
 
 def kafka_error_of(error: object) -> KafkaErrorLike | None:
@@ -109,39 +92,32 @@ def kafka_error_of(error: object) -> KafkaErrorLike | None:
     return None
 
 
-def _error_name(error: KafkaErrorLike) -> str:
+def kafka_error_name(error: KafkaErrorLike) -> str:
+    """The error's code name (``PRODUCER_FENCED``, ``_TIMED_OUT``), or ``""`` when it has none."""
     name = getattr(error, "name", None)
     return str(name()) if callable(name) else ""
 
 
-def classify_kafka_error(error: object, *, transactional: bool = False, during_commit: bool = False) -> KafkaErrorKind:
-    """Classify a confluent-kafka ``KafkaError`` (or the ``KafkaException`` wrapping it).
-
-    Order matters: fatal beats abortable beats retriable, as librdkafka documents.
-    ``transactional`` marks errors raised by transactional calls; ``during_commit`` marks
-    errors from ``commit_transaction``, whose timeouts leave the outcome unknown.
-    Anything that is not a Kafka client error is ``NON_RETRIABLE``.
-    """
-    kafka_error = kafka_error_of(error)
-    if kafka_error is None:
-        return KafkaErrorKind.NON_RETRIABLE
-    name = _error_name(kafka_error)
-    if kafka_error.fatal() or name in FATAL_ERROR_NAMES:
-        return KafkaErrorKind.FATAL
-    if transactional and name in FATAL_IN_TRANSACTION_NAMES:
-        return KafkaErrorKind.FATAL
-    if kafka_error.txn_requires_abort():
-        return KafkaErrorKind.ABORTABLE
-    if during_commit and (name in _TIMEOUT_NAMES or kafka_error.retriable()):
-        return KafkaErrorKind.COMMIT_OUTCOME_UNKNOWN
-    if kafka_error.retriable():
-        return KafkaErrorKind.RETRIABLE
-    return KafkaErrorKind.NON_RETRIABLE
+def is_fatal_kafka_error(error: KafkaErrorLike) -> bool:
+    """Fatal by librdkafka's flag or by name (:data:`FATAL_ERROR_NAMES`): the client is unusable."""
+    return error.fatal() or kafka_error_name(error) in FATAL_ERROR_NAMES
 
 
 def is_retriable(error: BaseException) -> bool:
-    """True for a ``RetriableError`` or a Kafka client error whose ``retriable()`` flag is set."""
-    return isinstance(error, RetriableError) or classify_kafka_error(error) is KafkaErrorKind.RETRIABLE
+    """True for a ``RetriableError`` or a Kafka client error whose ``retriable()`` flag is set.
+
+    A client error that is fatal or requires aborting a transaction is never retriable,
+    whatever its flag says (fatal beats abortable beats retriable, as librdkafka documents).
+    """
+    if isinstance(error, RetriableError):
+        return True
+    kafka_error = kafka_error_of(error)
+    return (
+        kafka_error is not None
+        and not is_fatal_kafka_error(kafka_error)
+        and not kafka_error.txn_requires_abort()
+        and kafka_error.retriable()
+    )
 
 
 def describe_error(error: object) -> str:
@@ -155,7 +131,7 @@ def describe_error(error: object) -> str:
     if kafka_error is not None:
         text = getattr(kafka_error, "str", None)
         detail = str(text()) if callable(text) else str(kafka_error)
-        return f"KafkaError {_error_name(kafka_error) or 'UNKNOWN'}: {detail}"
+        return f"KafkaError {kafka_error_name(kafka_error) or 'UNKNOWN'}: {detail}"
     if not isinstance(error, BaseException):
         return str(error)
     message = exception_message(error)

@@ -28,8 +28,9 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from airflow_kerr.errors import KafkaErrorKind, backoff_delay_ms, classify_kafka_error
+from airflow_kerr.errors import backoff_delay_ms
 from airflow_kerr.errors import parse_dead_letter as parse
+from airflow_kerr.kafka.client_errors import KafkaErrorKind, classify_kafka_error
 from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, topic_partitions, watermarks
 from airflow_kerr.kafka.replay_options import InvalidReplayOptions, ReplayOptions
 from airflow_kerr.kafka.replay_pacing import STOP_CHECK_S, Progress, RateLimiter

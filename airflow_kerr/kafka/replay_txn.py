@@ -1,8 +1,9 @@
 """One replay batch written exactly once, as KIP-656's transactional sink does it.
 
 ``begin → produce → send_offsets_to_transaction → commit``: the records and the replay
-group's offsets commit together or not at all. Client errors are classified by the core
-(KIP-691, SPEC-errors §7) and each class has one response here:
+group's offsets commit together or not at all. Client errors are classified by
+:mod:`airflow_kerr.kafka.client_errors` (KIP-691, SPEC-errors §7) and each class has one
+response here:
 
 - fatal (and a non-retriable error of a transactional call): raise :class:`ReplayFatalError`
   naming the cause; nothing is aborted, the caller closes the clients;
@@ -35,8 +36,8 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError
 
-from airflow_kerr.errors import KafkaErrorKind, classify_kafka_error
 from airflow_kerr.errors.exceptions import kafka_error_of
+from airflow_kerr.kafka.client_errors import KafkaErrorKind, classify_kafka_error
 from airflow_kerr.kafka.replay_select import ReplayRecord
 
 log = logging.getLogger(__name__)
