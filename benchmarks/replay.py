@@ -145,8 +145,8 @@ def raw_transactional_copy(
 
 
 def replay(config: dict[str, Any], dlq: str, target: str, group: str, fix: str | None, batch: int) -> int:
-    from airflow_kerr.kafka.replay import DlqReplay
-    from airflow_kerr.kafka.replay_options import ReplayOptions
+    from airflow_kerr.replay.engine import DlqReplay
+    from airflow_kerr.replay.options import ReplayOptions
 
     options = ReplayOptions.build(dlq_topic=dlq, replay_group=group, target_topic=target, fix=fix, batch_size=batch)
     summary = DlqReplay(config, options, run_id=group, transactional_id_prefix=f"bench.{group}").run()
@@ -156,7 +156,7 @@ def replay(config: dict[str, Any], dlq: str, target: str, group: str, fix: str |
 
 def batch_of(mode: str) -> int:
     """Records per transaction of a mode: the ``@N`` suffix, else the replay's default."""
-    from airflow_kerr.kafka.replay_options import DEFAULT_BATCH_SIZE
+    from airflow_kerr.replay.options import DEFAULT_BATCH_SIZE
 
     return int(mode.partition("@")[2] or DEFAULT_BATCH_SIZE)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_kerr.errors import RetriableError
-from airflow_kerr.kafka.replay_select import ReplayRecord
+from airflow_kerr.replay.policy import ReplayRecord
 from airflow_kerr.spark.stages import PipelineRecord
 
 _FAILED_ONCE: set[tuple[str, int, int]] = set()

@@ -1,1 +1,1 @@
-"""Small confluent-kafka helpers shared by the Spark job and the Airflow side. No Airflow, no Spark."""
+"""Small confluent-kafka helpers: offsets, DLQ and metrics-topic reads, client-error classification. No Airflow."""

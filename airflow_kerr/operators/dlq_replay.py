@@ -1,6 +1,6 @@
 """``DeadLetterQueueReplayOperator``: put repaired DLQ records back on their source topics, exactly once.
 
-A thin shell around :class:`airflow_kerr.kafka.replay.DlqReplay`: it validates the
+A thin shell around :class:`airflow_kerr.replay.engine.DlqReplay`: it validates the
 settings (when the DAG is parsed if nothing is templated, and again once rendered),
 reads the Kafka settings from the apache-kafka provider's ``kafka`` connection, logs
 progress and a summary, pushes the summary to XCom, and turns ``on_kill`` into a
@@ -17,11 +17,11 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
-from airflow_kerr.kafka.replay import DlqReplay
-from airflow_kerr.kafka.replay_options import DEFAULT_BATCH_SIZE, InvalidReplayOptions, ReplayOptions
-from airflow_kerr.kafka.replay_select import DEFAULT_MAX_REPLAYS
-from airflow_kerr.kafka.replay_summary import ReplaySummary
-from airflow_kerr.kafka.replay_txn import DEFAULT_TRANSACTION_TIMEOUT_S
+from airflow_kerr.replay.engine import DlqReplay
+from airflow_kerr.replay.options import DEFAULT_BATCH_SIZE, InvalidReplayOptions, ReplayOptions
+from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS
+from airflow_kerr.replay.summary import ReplaySummary
+from airflow_kerr.replay.transactions import DEFAULT_TRANSACTION_TIMEOUT_S
 
 #: Attributes that are replay settings: :meth:`ReplayOptions.build`'s names, except ``dry_run``, kept as
 #: ``dry_run_only`` because ``BaseOperator.dry_run`` is a method.

@@ -39,15 +39,15 @@ from airflow_kerr.errors import (
     connect_context_headers,
 )
 from airflow_kerr.kafka.offsets import end_offsets, offset_consumer, read_to_end
-from airflow_kerr.kafka.replay import DlqReplay, ReplayRetriesExhausted
-from airflow_kerr.kafka.replay_options import InvalidReplayOptions, ReplayOptions
-from airflow_kerr.kafka.replay_select import (
+from airflow_kerr.replay.engine import DlqReplay, ReplayRetriesExhausted
+from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
+from airflow_kerr.replay.policy import (
     HEADER_PARKED_REASON,
     HEADER_REPLAY_COUNT,
     HEADER_REPLAY_RUN,
     HEADER_REPLAY_SOURCE,
 )
-from airflow_kerr.kafka.replay_txn import ReplayFatalError
+from airflow_kerr.replay.transactions import ReplayFatalError
 
 
 class InvalidOrder(ValueError):
@@ -382,8 +382,8 @@ def test_a_stop_mid_replay_aborts_the_open_transaction_and_a_rerun_completes(
 
 KILLED_REPLAY = """
 import json, sys
-from airflow_kerr.kafka.replay import DlqReplay
-from airflow_kerr.kafka.replay_options import ReplayOptions
+from airflow_kerr.replay.engine import DlqReplay
+from airflow_kerr.replay.options import ReplayOptions
 config, dlq = json.loads(sys.argv[1]), sys.argv[2]
 options = ReplayOptions.build(dlq_topic=dlq, max_records_per_second=100, batch_size=40)
 DlqReplay(config, options, run_id="killed", transactional_id_prefix="kerr-replay.test").run()
@@ -449,8 +449,8 @@ def test_a_killed_replay_rerun_has_no_duplicates_under_read_committed(
 
 FENCED_REPLAY = """
 import json, sys
-from airflow_kerr.kafka.replay import DlqReplay
-from airflow_kerr.kafka.replay_options import ReplayOptions
+from airflow_kerr.replay.engine import DlqReplay
+from airflow_kerr.replay.options import ReplayOptions
 config, dlq, ready = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 options = ReplayOptions.build(dlq_topic=dlq, max_records_per_second=100, batch_size=200)
 engine = DlqReplay(config, options, run_id="older", transactional_id_prefix="kerr-replay.fence")
@@ -494,7 +494,7 @@ def test_a_second_replay_with_the_same_transactional_id_fences_the_first(
     assert newer.status == "completed"
     assert older.returncode != 0, "the fenced replay must fail, not report success"
     failure = stderr.strip().splitlines()[-1]
-    assert failure.startswith("airflow_kerr.kafka.replay_txn.ReplayFatalError: "), stderr[-3000:]
+    assert failure.startswith("airflow_kerr.replay.transactions.ReplayFatalError: "), stderr[-3000:]
     assert "Another replay with the same transactional.id started and fenced this one" in failure, failure
     landed = read_all(kafka_config, topics.source)
     sources = Counter(header(m, HEADER_REPLAY_SOURCE) for m in landed)

@@ -21,10 +21,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
 from airflow_kerr.kafka.offsets import end_offsets
-from airflow_kerr.kafka.replay import DlqReplay
-from airflow_kerr.kafka.replay_options import ReplayOptions
-from airflow_kerr.kafka.replay_txn import BrokerUnreachable, abort_grace_s
 from airflow_kerr.local.broker import LocalBroker
+from airflow_kerr.replay.engine import DlqReplay
+from airflow_kerr.replay.options import ReplayOptions
+from airflow_kerr.replay.transactions import BrokerUnreachable, abort_grace_s
 
 BUDGET_S = 4.0
 #: Closing the clients and the thread hand-over, beyond the budget and the abort's grace.

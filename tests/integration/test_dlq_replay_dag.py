@@ -16,8 +16,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
 from airflow_kerr.kafka.offsets import end_offsets
-from airflow_kerr.kafka.replay_options import InvalidReplayOptions
 from airflow_kerr.operators.dlq_replay import DeadLetterQueueReplayOperator
+from airflow_kerr.replay.options import InvalidReplayOptions
 
 pytestmark = pytest.mark.airflow
 

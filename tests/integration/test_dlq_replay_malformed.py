@@ -16,9 +16,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
 from airflow_kerr.kafka.offsets import end_offsets, read_to_end
-from airflow_kerr.kafka.replay import DlqReplay
-from airflow_kerr.kafka.replay_options import ReplayOptions
-from airflow_kerr.kafka.replay_select import HEADER_PARKED_REASON
+from airflow_kerr.replay.engine import DlqReplay
+from airflow_kerr.replay.options import ReplayOptions
+from airflow_kerr.replay.policy import HEADER_PARKED_REASON
 
 #: Header name, value and the text its parked reason must contain.
 MALFORMED: list[tuple[str, bytes, str]] = [

@@ -11,9 +11,9 @@ from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kerr.examples.orders import generate_orders
 from airflow_kerr.kafka.offsets import end_offsets, read_to_end
-from airflow_kerr.kafka.replay import DlqReplay
-from airflow_kerr.kafka.replay_options import ReplayOptions
-from airflow_kerr.kafka.replay_select import (
+from airflow_kerr.replay.engine import DlqReplay
+from airflow_kerr.replay.options import ReplayOptions
+from airflow_kerr.replay.policy import (
     HEADER_PARKED_REASON,
     HEADER_REPLAY_COUNT,
     HEADER_REPLAY_RUN,

@@ -59,7 +59,7 @@ def test_airflow_providers_list_shows_the_provider() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["airflow_kerr", "airflow_kerr.errors", "airflow_kerr.kafka.offsets", "airflow_kerr.kafka.replay"]
+    "module", ["airflow_kerr", "airflow_kerr.errors", "airflow_kerr.kafka.offsets", "airflow_kerr.replay.engine"]
 )
 def test_executor_side_modules_import_without_airflow_or_spark(module: str) -> None:
     code = BLOCK_AIRFLOW_AND_SPARK + f"import {module}\nprint('ok')"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_kerr.errors import DeadLetterRecord, Stage
-from airflow_kerr.kafka.replay_select import Action, Decision, ParkReason
+from airflow_kerr.replay.policy import Action, Decision, ParkReason
 
 #: A breakdown key: action, topic written to (None for a drop), stage, exception class, park reason.
 BreakdownKey = tuple[Action, str | None, Stage | None, str | None, ParkReason | None]

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_kerr.kafka.replay_options import InvalidReplayOptions, ReplayOptions
+from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
 
 KEYS = [
     "replay_group",

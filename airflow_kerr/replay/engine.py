@@ -4,8 +4,8 @@ A run is bounded: before any record is read it checks the topics, plans the rang
 each DLQ partition (the replay group's committed offset, or the start of the partition,
 up to the fetch-verified end offset) and fences any older replay with the same
 ``transactional.id``. Each batch is then parsed by the core, selected, fixed and routed
-(:mod:`airflow_kerr.kafka.replay_select`), and written with the replay group's offsets
-in one transaction (:mod:`airflow_kerr.kafka.replay_txn`) by a background thread while
+(:mod:`airflow_kerr.replay.policy`), and written with the replay group's offsets
+in one transaction (:mod:`airflow_kerr.replay.transactions`) by a background thread while
 the next batch is read. An aborted batch is retried from the last committed offsets with
 Connect's backoff, a bounded number of times. Each transaction has one time budget
 (``transaction_timeout_s``); when the broker stops answering the run fails within it,
@@ -32,11 +32,11 @@ from airflow_kerr.errors import backoff_delay_ms
 from airflow_kerr.errors import parse_dead_letter as parse
 from airflow_kerr.kafka.client_errors import KafkaErrorKind, classify_kafka_error
 from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, topic_partitions, watermarks
-from airflow_kerr.kafka.replay_options import InvalidReplayOptions, ReplayOptions
-from airflow_kerr.kafka.replay_pacing import STOP_CHECK_S, Progress, RateLimiter
-from airflow_kerr.kafka.replay_select import ReplayPolicy, ReplayRecord, decide
-from airflow_kerr.kafka.replay_summary import BatchCounts, ReplayPlan, ReplaySummary, partition_ranges
-from airflow_kerr.kafka.replay_txn import (
+from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
+from airflow_kerr.replay.pacing import STOP_CHECK_S, Progress, RateLimiter
+from airflow_kerr.replay.policy import ReplayPolicy, ReplayRecord, decide
+from airflow_kerr.replay.summary import BatchCounts, ReplayPlan, ReplaySummary, partition_ranges
+from airflow_kerr.replay.transactions import (
     BackgroundWriter,
     BatchAborted,
     BrokerUnreachable,

@@ -14,9 +14,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from airflow_kerr.errors import parse_dead_letter
-from airflow_kerr.kafka.replay_select import ReplayRecord
-from airflow_kerr.kafka.replay_summary import partition_ranges
-from airflow_kerr.kafka.replay_txn import (
+from airflow_kerr.replay.policy import ReplayRecord
+from airflow_kerr.replay.summary import partition_ranges
+from airflow_kerr.replay.transactions import (
     BackgroundWriter,
     BatchAborted,
     BrokerUnreachable,

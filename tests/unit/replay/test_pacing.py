@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from airflow_kerr.kafka.replay_pacing import Progress, RateLimiter
+from airflow_kerr.replay.pacing import Progress, RateLimiter
 
 
 class FakeClock:

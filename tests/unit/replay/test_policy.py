@@ -22,7 +22,7 @@ from airflow_kerr.errors import (
     streams_context_headers,
 )
 from airflow_kerr.errors.record import Header
-from airflow_kerr.kafka.replay_select import (
+from airflow_kerr.replay.policy import (
     HEADER_PARKED_REASON,
     HEADER_REPLAY_COUNT,
     HEADER_REPLAY_RUN,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from airflow_kerr.errors import parse_dead_letter
 from airflow_kerr.errors.dead_letter import _KNOWN_ERROR_HEADERS
-from airflow_kerr.kafka.replay_select import (
+from airflow_kerr.replay.policy import (
     HEADER_PARKED_REASON,
     HEADER_REPLAY_COUNT,
     Action,
@@ -180,8 +180,8 @@ class UnreadableHeaders:
 
 
 def test_a_record_whose_headers_cannot_be_read_is_parked_and_the_replay_moves_past_it() -> None:
-    from airflow_kerr.kafka.replay import DlqReplay
-    from airflow_kerr.kafka.replay_options import ReplayOptions
+    from airflow_kerr.replay.engine import DlqReplay
+    from airflow_kerr.replay.options import ReplayOptions
 
     engine = DlqReplay({}, ReplayOptions.build(dlq_topic="orders.dlq"), run_id="run-1")
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from airflow_kerr.errors import Stage
-from airflow_kerr.kafka.replay_options import InvalidReplayOptions, ReplayOptions
+from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
 
 
 def test_defaults_are_safe_and_derived_from_the_dlq_topic() -> None:

@@ -23,8 +23,8 @@ from typing import Any
 from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import Stage
 from airflow_kerr.errors.dead_letter import INT64_MAX, TOPIC_NAME_RULE, is_topic_name, shown
-from airflow_kerr.kafka.replay_select import DEFAULT_MAX_REPLAYS, PARKING_SUFFIX, FixFn, Selection
-from airflow_kerr.kafka.replay_txn import (
+from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, PARKING_SUFFIX, FixFn, Selection
+from airflow_kerr.replay.transactions import (
     DEFAULT_TRANSACTION_TIMEOUT_S,
     MAX_TRANSACTION_TIMEOUT_S,
     MIN_TRANSACTION_TIMEOUT_S,

@@ -38,7 +38,7 @@ from confluent_kafka import KafkaError
 
 from airflow_kerr.errors.exceptions import kafka_error_of
 from airflow_kerr.kafka.client_errors import KafkaErrorKind, classify_kafka_error
-from airflow_kerr.kafka.replay_select import ReplayRecord
+from airflow_kerr.replay.policy import ReplayRecord
 
 log = logging.getLogger(__name__)
 
