@@ -1,1 +1,1 @@
-"""Airflow hooks: Kafka Connect REST client and Kafka helpers."""
+"""Thin Airflow hooks over kafka/ and connect/: the Kafka cluster and the Kafka Connect REST API."""

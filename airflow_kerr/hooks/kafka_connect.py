@@ -6,7 +6,7 @@ CA bundle path), ``timeout`` in seconds and ``headers``. The hook has a
 synchronous client for operators and sensors and an asynchronous one for
 triggers, which must never block the triggerer's event loop.
 
-Errors become typed exceptions (:mod:`airflow_kerr.hooks.connect_errors`). A 409
+Errors become typed exceptions (:mod:`airflow_kerr.connect.errors`). A 409
 means the worker is rebalancing: the hook retries it with backoff for up to
 ``rebalance_retry_budget_s`` before raising ``RebalanceInProgress``. The
 ``forward`` query parameter is internal to Connect's worker-to-worker
@@ -16,225 +16,27 @@ forwarding, so the hook never sends it.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import ssl
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit
 
 import httpx
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowException
 
-from airflow_kerr.get_provider_info import KAFKA_CONNECT_CONN_FIELDS, KAFKA_CONNECT_UI_FIELD_BEHAVIOUR
-from airflow_kerr.hooks.connect_errors import (
-    ConnectInvalidResponse,
-    ConnectUnreachable,
-    KafkaConnectError,
-    error_class_for,
+from airflow_kerr.connect.client import (
+    DEFAULT_TIMEOUT_S,
+    ClientSettings,
+    ConflictBackoff,
+    connector_path,
+    expand_params,
+    json_body,
+    raise_for_status,
+    restart_params,
 )
+from airflow_kerr.connect.errors import ConnectUnreachable, KafkaConnectError
+from airflow_kerr.get_provider_info import KAFKA_CONNECT_CONN_FIELDS, KAFKA_CONNECT_UI_FIELD_BEHAVIOUR
 
-DEFAULT_PORT = 8083
-#: Longer than Connect's own 90 s request timeout, so the worker's "Request timed out" answer arrives.
-DEFAULT_TIMEOUT_S = 100.0
 DEFAULT_REBALANCE_RETRY_BUDGET_S = 60.0
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-
-
-def _extra_value(extra: dict[str, Any], key: str) -> Any:
-    """A connection extra, stored plain (``verify``) or prefixed as older UIs store form fields."""
-    if key in extra:
-        return extra[key]
-    return extra.get(f"extra__kafka_connect__{key}")
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    """Everything an HTTP client for one ``kafka_connect`` connection needs, validated."""
-
-    base_url: str
-    auth: tuple[str, str] | None = None
-    verify: bool | str = True
-    timeout: float = DEFAULT_TIMEOUT_S
-    headers: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_connection(
-        cls,
-        conn_id: str,
-        host: str | None,
-        port: int | None,
-        schema: str | None,
-        login: str | None,
-        password: str | None,
-        extra: dict[str, Any],
-    ) -> ClientSettings:
-        """Build and check the settings, naming the connection and the field when one is wrong."""
-        if not host:
-            raise AirflowException(f"Connection {conn_id!r} has no host: set the Kafka Connect worker's host or URL")
-        return cls(
-            base_url=_base_url(conn_id, host.strip(), port, schema),
-            auth=(login, password or "") if login else None,
-            verify=_verify(conn_id, _extra_value(extra, "verify")),
-            timeout=_timeout(conn_id, _extra_value(extra, "timeout")),
-            headers=_headers(conn_id, _extra_value(extra, "headers")),
-        )
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments shared by ``httpx.Client`` and ``httpx.AsyncClient``."""
-        verify: bool | ssl.SSLContext = self.verify if isinstance(self.verify, bool) else _ca_context(self.verify)
-        return {
-            "base_url": self.base_url,
-            "auth": httpx.BasicAuth(*self.auth) if self.auth else None,
-            "verify": verify,
-            "timeout": self.timeout,
-            "headers": self.headers,
-        }
-
-
-def _base_url(conn_id: str, host: str, port: int | None, schema: str | None) -> str:
-    if "://" in host:
-        parts = urlsplit(host)
-        if parts.scheme not in ("http", "https"):
-            raise AirflowException(f"Connection {conn_id!r}: host URL {host!r} must start with http:// or https://")
-        netloc = parts.netloc if parts.port or not port else f"{parts.netloc}:{port}"
-        return f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}"
-    scheme = (schema or "http").strip().lower()
-    if scheme not in ("http", "https"):
-        raise AirflowException(f"Connection {conn_id!r}: schema (protocol) must be http or https, not {schema!r}")
-    return f"{scheme}://{host}:{port or DEFAULT_PORT}"
-
-
-def _verify(conn_id: str, value: Any) -> bool | str:
-    if value is None or value == "":
-        return True
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip()
-    if text.lower() in _TRUE:
-        return True
-    if text.lower() in _FALSE:
-        return False
-    if not os.path.exists(text):
-        raise AirflowException(
-            f"Connection {conn_id!r}: extra 'verify' is {text!r}, which is neither true/false nor an existing "
-            "CA bundle file or directory"
-        )
-    return text
-
-
-def _timeout(conn_id: str, value: Any) -> float:
-    if value is None or value == "":
-        return DEFAULT_TIMEOUT_S
-    try:
-        timeout = float(value)
-    except (TypeError, ValueError):
-        timeout = -1.0
-    if timeout <= 0:
-        raise AirflowException(f"Connection {conn_id!r}: extra 'timeout' must be a positive number of seconds")
-    return timeout
-
-
-def _headers(conn_id: str, value: Any) -> dict[str, str]:
-    if value is None or value == "":
-        return {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            value = None
-    if not isinstance(value, dict):
-        raise AirflowException(f"Connection {conn_id!r}: extra 'headers' must be a JSON object of header names")
-    return {str(k): str(v) for k, v in value.items()}
-
-
-def _ca_context(path: str) -> ssl.SSLContext:
-    if os.path.isdir(path):
-        return ssl.create_default_context(capath=path)
-    return ssl.create_default_context(cafile=path)
-
-
-def connector_path(connector: str, *rest: str | int) -> str:
-    """``/connectors/<name>/...`` with the name percent-encoded, so names with '/' or spaces survive."""
-    return "/connectors/" + "/".join(quote(str(part), safe="") for part in (connector, *rest))
-
-
-class _Backoff:
-    """Delays between retries of a 409, doubling from 0.25 s to 5 s, within a total budget."""
-
-    def __init__(self, budget_s: float) -> None:
-        self.deadline = time.monotonic() + budget_s
-        self.delay = 0.25
-
-    def next_delay(self) -> float | None:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            return None
-        delay = min(self.delay, remaining)
-        self.delay = min(self.delay * 2, 5.0)
-        return delay
-
-
-def _raise_for_status(response: httpx.Response) -> None:
-    """Turn a Connect error answer into its typed exception, keeping ``error_code`` and ``message``."""
-    if response.is_success:
-        return
-    error_code: int | None = None
-    message = ""
-    try:
-        body = response.json()
-        if isinstance(body, dict):
-            error_code = body.get("error_code")
-            message = str(body.get("message") or "")
-    except ValueError:
-        message = response.text.strip()[:500]
-    request = response.request
-    raise error_class_for(response.status_code)(
-        request.method,
-        str(request.url),
-        message or response.reason_phrase,
-        http_status=response.status_code,
-        error_code=error_code if isinstance(error_code, int) else response.status_code,
-    )
-
-
-def _body(response: httpx.Response) -> Any:
-    """The JSON body of a successful answer, or ConnectInvalidResponse naming the URL and what came instead.
-
-    A proxy or gateway in front of Connect may answer 200 with an HTML page; that
-    is no Connect answer, and the error must say where it came from.
-    """
-    try:
-        return response.json()
-    except ValueError as exc:
-        request = response.request
-        kind = response.headers.get("content-type") or "no content type"
-        raise ConnectInvalidResponse(
-            request.method,
-            str(request.url),
-            f"the body is not JSON ({kind}): {response.text.strip()[:200]!r}",
-            http_status=response.status_code,
-        ) from exc
-
-
-def _expand_params(expand: str | Sequence[str] | None) -> list[tuple[str, str]]:
-    if expand is None:
-        return []
-    kinds = [expand] if isinstance(expand, str) else list(expand)
-    unknown = [kind for kind in kinds if kind not in ("status", "info")]
-    if unknown:
-        raise ValueError(f"expand accepts 'status' and 'info', not {unknown}")
-    return [("expand", kind) for kind in kinds]
-
-
-def _restart_params(include_tasks: bool, only_failed: bool) -> dict[str, str]:
-    if not include_tasks and not only_failed:
-        return {}
-    return {"includeTasks": str(include_tasks).lower(), "onlyFailed": str(only_failed).lower()}
 
 
 class KafkaConnectHook(BaseHook):
@@ -355,7 +157,7 @@ class KafkaConnectHook(BaseHook):
         kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not connect"
         return ConnectUnreachable(method, url, f"{kind}: {str(exc) or type(exc).__name__}")
 
-    def _retry_delay(self, response: httpx.Response, backoff: _Backoff, method: str, path: str) -> float | None:
+    def _retry_delay(self, response: httpx.Response, backoff: ConflictBackoff, method: str, path: str) -> float | None:
         """How long to wait before retrying a 409 within the budget; None for an answer to return.
 
         The decision ``request`` and ``arequest`` share, so they only differ in how they send and sleep.
@@ -363,12 +165,12 @@ class KafkaConnectHook(BaseHook):
         """
         delay = backoff.next_delay() if response.status_code == 409 else None
         if delay is None:
-            _raise_for_status(response)
+            raise_for_status(response)
             return None
         self.log.warning("%s %s: 409 %s; retrying in %.2f s", method, path, response.text[:200], delay)
         return delay
 
-    def _bounded(self, retry_conflicts: bool, kwargs: dict[str, Any]) -> tuple[_Backoff, dict[str, Any]]:
+    def _bounded(self, retry_conflicts: bool, kwargs: dict[str, Any]) -> tuple[ConflictBackoff, dict[str, Any]]:
         """The 409 retry budget and request options, both cut to what is left before ``deadline``.
 
         A caller that waits ``wait_timeout`` sets ``deadline`` so that neither a
@@ -377,10 +179,10 @@ class KafkaConnectHook(BaseHook):
         """
         budget = self.rebalance_retry_budget_s if retry_conflicts else 0.0
         if self.deadline is None:
-            return _Backoff(budget), kwargs
+            return ConflictBackoff(budget), kwargs
         left = max(self.deadline - time.monotonic(), 0.0)
         timeout = self._settings.timeout if self._settings is not None else DEFAULT_TIMEOUT_S
-        return _Backoff(min(budget, left)), {**kwargs, "timeout": max(min(timeout, left), 0.01)}
+        return ConflictBackoff(min(budget, left)), {**kwargs, "timeout": max(min(timeout, left), 0.01)}
 
     def request(self, method: str, path: str, *, retry_conflicts: bool = True, **kwargs: Any) -> httpx.Response:
         """Send one request, retrying a 409 within the rebalance budget; raise the typed error otherwise.
@@ -418,7 +220,7 @@ class KafkaConnectHook(BaseHook):
 
     def server_info(self) -> dict[str, Any]:
         """``GET /``: the worker's version, commit and Kafka cluster id."""
-        result: dict[str, Any] = _body(self.request("GET", "/"))
+        result: dict[str, Any] = json_body(self.request("GET", "/"))
         return result
 
     def test_connection(self) -> tuple[bool, str]:
@@ -437,20 +239,20 @@ class KafkaConnectHook(BaseHook):
 
         A connector whose status the worker does not have yet is left out of an expanded answer.
         """
-        return _body(self.request("GET", "/connectors", params=_expand_params(expand)))
+        return json_body(self.request("GET", "/connectors", params=expand_params(expand)))
 
     def get_connector(self, connector: str) -> dict[str, Any]:
         """``GET /connectors/{c}``: name, config, task ids and type."""
-        result: dict[str, Any] = _body(self.request("GET", connector_path(connector)))
+        result: dict[str, Any] = json_body(self.request("GET", connector_path(connector)))
         return result
 
     def get_config(self, connector: str) -> dict[str, str]:
-        result: dict[str, str] = _body(self.request("GET", connector_path(connector, "config")))
+        result: dict[str, str] = json_body(self.request("GET", connector_path(connector, "config")))
         return result
 
     def put_config(self, connector: str, config: dict[str, str]) -> dict[str, Any]:
         """``PUT /connectors/{c}/config``: create the connector or replace its config; returns its info."""
-        result: dict[str, Any] = _body(self.request("PUT", connector_path(connector, "config"), json=config))
+        result: dict[str, Any] = json_body(self.request("PUT", connector_path(connector, "config"), json=config))
         return result
 
     def delete_connector(self, connector: str) -> None:
@@ -458,18 +260,18 @@ class KafkaConnectHook(BaseHook):
 
     def get_status(self, connector: str) -> dict[str, Any]:
         """``GET /connectors/{c}/status``: connector and task states, with traces of failed ones."""
-        result: dict[str, Any] = _body(self.request("GET", connector_path(connector, "status")))
+        result: dict[str, Any] = json_body(self.request("GET", connector_path(connector, "status")))
         return result
 
     async def aget_status(self, connector: str) -> dict[str, Any]:
-        result: dict[str, Any] = _body(await self.arequest("GET", connector_path(connector, "status")))
+        result: dict[str, Any] = json_body(await self.arequest("GET", connector_path(connector, "status")))
         return result
 
     async def alist_connectors(self, expand: str | Sequence[str] | None = None) -> Any:
-        return _body(await self.arequest("GET", "/connectors", params=_expand_params(expand)))
+        return json_body(await self.arequest("GET", "/connectors", params=expand_params(expand)))
 
     def get_tasks(self, connector: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = _body(self.request("GET", connector_path(connector, "tasks")))
+        result: list[dict[str, Any]] = json_body(self.request("GET", connector_path(connector, "tasks")))
         return result
 
     def pause(self, connector: str) -> None:
@@ -492,10 +294,10 @@ class KafkaConnectHook(BaseHook):
         the instances it will restart read RESTARTING; that body is returned.
         """
         response = self.request(
-            "POST", connector_path(connector, "restart"), params=_restart_params(include_tasks, only_failed)
+            "POST", connector_path(connector, "restart"), params=restart_params(include_tasks, only_failed)
         )
         if response.status_code == 202 and response.content:
-            result: dict[str, Any] = _body(response)
+            result: dict[str, Any] = json_body(response)
             return result
         return None
 
@@ -505,5 +307,5 @@ class KafkaConnectHook(BaseHook):
 
     def get_offsets(self, connector: str) -> dict[str, Any]:
         """``GET /connectors/{c}/offsets`` (KIP-875): ``{"offsets": [{"partition": ..., "offset": ...}]}``."""
-        result: dict[str, Any] = _body(self.request("GET", connector_path(connector, "offsets")))
+        result: dict[str, Any] = json_body(self.request("GET", connector_path(connector, "offsets")))
         return result

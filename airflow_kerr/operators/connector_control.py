@@ -28,8 +28,8 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_kerr.hooks.connect_errors import TRANSIENT_ERRORS, ConnectorStateTimeout, KafkaConnectError
-from airflow_kerr.hooks.connect_status import ConnectorTarget, check_poll, describe, failed_instances, first_line
+from airflow_kerr.connect.errors import TRANSIENT_ERRORS, ConnectorStateTimeout, KafkaConnectError
+from airflow_kerr.connect.status import ConnectorTarget, check_poll, describe, failed_instances, first_line
 from airflow_kerr.hooks.kafka_connect import DEFAULT_REBALANCE_RETRY_BUDGET_S, KafkaConnectHook
 from airflow_kerr.triggers.connector_state import ConnectorStateTrigger
 

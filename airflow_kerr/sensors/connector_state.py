@@ -9,8 +9,8 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
-from airflow_kerr.hooks.connect_errors import TRANSIENT_ERRORS, KafkaConnectError
-from airflow_kerr.hooks.connect_status import STATES, ConnectorTarget, check_poll
+from airflow_kerr.connect.errors import TRANSIENT_ERRORS, KafkaConnectError
+from airflow_kerr.connect.status import STATES, ConnectorTarget, check_poll
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.triggers.connector_state import ConnectorStateTrigger
 

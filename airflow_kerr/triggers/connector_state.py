@@ -18,8 +18,8 @@ from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_kerr.hooks.connect_errors import TRANSIENT_ERRORS, KafkaConnectError
-from airflow_kerr.hooks.connect_status import ConnectorTarget, check_poll
+from airflow_kerr.connect.errors import TRANSIENT_ERRORS, KafkaConnectError
+from airflow_kerr.connect.status import ConnectorTarget, check_poll
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.triggers.base import KwargsTrigger, deadline_and_backstop
 

@@ -6,22 +6,20 @@ import json
 import socket
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_kerr.get_provider_info import get_provider_info
-from airflow_kerr.hooks.connect_errors import (
+from airflow_kerr.connect.errors import (
     ConnectBadRequest,
     ConnectInvalidResponse,
     ConnectorNotFound,
     ConnectServerError,
     ConnectUnreachable,
-    KafkaConnectError,
     RebalanceInProgress,
 )
-from airflow_kerr.hooks.kafka_connect import ClientSettings, KafkaConnectHook
+from airflow_kerr.get_provider_info import get_provider_info
+from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.local.connect_worker import connector_config
 
 # A stall shows up as a failure with every thread's stack, not as a slow run.
@@ -47,51 +45,6 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-# connection settings -----------------------------------------------------------------------------
-
-
-def settings(extra: dict[str, Any] | None = None, **fields: Any) -> ClientSettings:
-    values = {"host": "connect.local", "port": None, "schema": None, "login": None, "password": None, **fields}
-    return ClientSettings.from_connection("c", extra=extra or {}, **values)
-
-
-def test_settings_defaults_and_fields() -> None:
-    assert settings().base_url == "http://connect.local:8083"
-    assert settings().verify is True and settings().timeout == 100 and settings().auth is None
-    assert settings(port=9443, schema="HTTPS").base_url == "https://connect.local:9443"
-    assert settings(login="u", password="p").auth == ("u", "p")
-    assert settings(host="https://gw.example.com/connect/").base_url == "https://gw.example.com/connect"
-    assert settings(host="https://gw.example.com", port=8443).base_url == "https://gw.example.com:8443"
-
-
-def test_settings_extras(tmp_path: Path) -> None:
-    ca = tmp_path / "ca.pem"
-    ca.write_text("")
-    assert settings({"verify": False}).verify is False
-    assert settings({"verify": "false"}).verify is False
-    assert settings({"verify": str(ca)}).verify == str(ca)
-    assert settings({"extra__kafka_connect__verify": "no"}).verify is False
-    assert settings({"timeout": "2.5"}).timeout == 2.5
-    assert settings({"headers": {"X-Team": "data"}}).headers == {"X-Team": "data"}
-    assert settings({"headers": '{"X-Team": "data"}'}).headers == {"X-Team": "data"}
-
-
-@pytest.mark.parametrize(
-    ("fields", "extra", "message"),
-    [
-        ({"host": ""}, {}, "has no host"),
-        ({"schema": "ftp"}, {}, "must be http or https"),
-        ({"host": "ftp://x"}, {}, "must start with http:// or https://"),
-        ({}, {"verify": "/no/such/ca.pem"}, "neither true/false nor an existing CA bundle"),
-        ({}, {"timeout": "soon"}, "'timeout' must be a positive number"),
-        ({}, {"headers": "[1]"}, "'headers' must be a JSON object"),
-    ],
-)
-def test_settings_name_what_is_wrong(fields: dict[str, Any], extra: dict[str, Any], message: str) -> None:
-    with pytest.raises(KafkaConnectError.__mro__[1], match=message):
-        settings(extra, **fields)
 
 
 def test_ui_field_behaviour_matches_the_provider_info() -> None:

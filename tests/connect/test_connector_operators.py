@@ -16,7 +16,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, TaskDeferred
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_kerr.hooks.connect_errors import (
+from airflow_kerr.connect.errors import (
     ConnectorNotFound,
     ConnectorStateTimeout,
     ConnectUnreachable,

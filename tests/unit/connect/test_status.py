@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from airflow_kerr.hooks.connect_errors import ConnectorNotFound, ConnectServerError, ConnectUnreachable
-from airflow_kerr.hooks.connect_status import ConnectorTarget, check_poll, describe, failed_instances, first_line
+from airflow_kerr.connect.errors import ConnectorNotFound, ConnectServerError, ConnectUnreachable
+from airflow_kerr.connect.status import ConnectorTarget, check_poll, describe, failed_instances, first_line
 
 
 def status(connector: str, *tasks: str, **extra: Any) -> dict[str, Any]:

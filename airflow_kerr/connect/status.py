@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from airflow_kerr.hooks.connect_errors import TRANSIENT_ERRORS, KafkaConnectError
+from airflow_kerr.connect.errors import TRANSIENT_ERRORS, KafkaConnectError
 
 STATES = ("UNASSIGNED", "RUNNING", "PAUSED", "FAILED", "RESTARTING", "STOPPED")
 
