@@ -70,7 +70,6 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_kerr.operators.connector_control",
                     "airflow_kerr.operators.dlq_replay",
                     "airflow_kerr.operators.error_aware_spark",
-                    "airflow_kerr.operators.tolerance_guard",
                 ],
             }
         ],

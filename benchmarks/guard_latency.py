@@ -100,7 +100,7 @@ def latency_trials(bootstrap: str, connect: Any, dags: Path, intervals: list[flo
             dag_file.write_text(
                 "import pendulum\n"
                 "from airflow.sdk import DAG\n"
-                "from airflow_kerr.operators.tolerance_guard import tolerance_guard\n"
+                "from airflow_kerr.task_groups.tolerance_guard import tolerance_guard\n"
                 f"with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1),"
                 " params={'resume_without_recovery': True}):\n"
                 f"    tolerance_guard(connectors={name!r}, source='dlq', dlq_topic={name + '.dlq'!r},"

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import DAG, Param
 
-from airflow_kerr.operators.tolerance_guard import GO_AHEAD_PARAM, tolerance_guard
+from airflow_kerr.task_groups.tolerance_guard import GO_AHEAD_PARAM, tolerance_guard
 
 with DAG(
     dag_id="tolerance_guard",

@@ -88,7 +88,7 @@ def guard_dag(write_dag: Callable[[str, str], Any], dag_id: str, **guard: Any) -
         dag_id,
         "import pendulum\n"
         "from airflow.sdk import DAG\n"
-        "from airflow_kerr.operators.tolerance_guard import tolerance_guard\n"
+        "from airflow_kerr.task_groups.tolerance_guard import tolerance_guard\n"
         f"with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1)):\n"
         f"    tolerance_guard(**{guard!r})\n",
     )

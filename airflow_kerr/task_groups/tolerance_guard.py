@@ -48,10 +48,20 @@ def tolerance_guard(
 ) -> TaskGroup:
     """Build the guard inside the current DAG and return its TaskGroup.
 
-    ``notifier`` holds :class:`ToleranceBreachNotifier` arguments (``webhook_url``,
-    ``email_to`` …; templated). Setting the DAG param ``go_ahead_param`` to true
-    resumes without waiting for recovery: the on-call person's override.
+    ``group_id`` is the TaskGroup's id (its tasks are ``<group_id>.wait_for_breach`` …);
+    ``consumer_group`` is the Kafka consumer group whose progress over ``source_topics``
+    the ``source="dlq"`` rate is measured against (the sensors' ``group_id``). The other
+    watch settings are :class:`ToleranceSensor`'s, the Connect settings the control
+    operators'. ``notifier`` holds :class:`ToleranceBreachNotifier` arguments
+    (``webhook_url``, ``email_to`` …; templated). Setting the DAG param ``go_ahead_param``
+    to true resumes without waiting for recovery: the on-call person's override.
+    Arguments are keyword-only, so a misspelt one fails with a ``TypeError`` naming it.
     """
+    if source == "dlq" and not consumer_group:
+        raise ValueError(
+            "tolerance_guard: consumer_group (the Kafka consumer group that reads source_topics) is required "
+            f"with source='dlq'; group_id ({group_id!r}) is the TaskGroup's id"
+        )
     names = [connectors] if isinstance(connectors, str) else list(connectors)
     timeouts = {
         name: value.total_seconds() if isinstance(value, timedelta) else float(value)

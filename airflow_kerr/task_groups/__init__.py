@@ -1,0 +1,1 @@
+"""Airflow TaskGroup factories built from the operators and sensors: the tolerance guard."""
