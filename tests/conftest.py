@@ -31,6 +31,8 @@ for _example in (REPO / "dags").glob("*.py"):
 os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(_DAGS_FOLDER)
+# The local UI and the demo run the repo's example DAGs whatever the working directory.
+os.environ.setdefault("KERR_DAGS_FOLDER", str(REPO / "dags"))
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}"
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "INFO"

@@ -35,9 +35,8 @@ from airflow_kerr.local.broker import (
     wait_for_metadata,
 )
 from airflow_kerr.local.connect_worker import ConnectWorker, connector_config
-from airflow_kerr.local.state import state_dir
+from airflow_kerr.local.state import DAGS_FOLDER_ENV, dags_folder, state_dir
 
-REPO = Path(__file__).resolve().parents[2]
 TOPICS = {"orders": 2, "orders.clean": 1, "orders.dlq": 1, "orders.dlq.parked": 1, "kerr.metrics": 1}
 CONNECTOR = "orders-sink"
 GUARD_TIMEOUT_S = 600
@@ -64,14 +63,18 @@ def wait(description: str, condition: Callable[[], bool], timeout_s: float) -> f
     return time.time()
 
 
-def configure_airflow(home: Path, bootstrap_servers: str, connect_port: int) -> None:
-    """Environment for an isolated Airflow; it must be set before Airflow is first imported."""
+def configure_airflow(home: Path, bootstrap_servers: str, connect_port: int, dags: Path) -> None:
+    """Environment for an isolated Airflow; it must be set before Airflow is first imported.
+
+    ``$KERR_DAGS_FOLDER`` is set to ``dags`` too, so the guard's process runs the same DAGs.
+    """
     home.mkdir(parents=True, exist_ok=True)
     os.environ.update(
         {
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            DAGS_FOLDER_ENV: str(dags),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
             **connection_variables(bootstrap_servers, "127.0.0.1", connect_port),
@@ -112,12 +115,13 @@ class AlertReceiver:
 
 
 def run_dag(dag_id: str, conf: dict[str, Any]) -> tuple[dict[str, str], Any]:
-    """Run a DAG from dags/ with ``dag.test()``; return each task's state and the run."""
+    """Run a DAG of :func:`dags_folder` with ``dag.test()``; return each task's state and the run."""
     from airflow.dag_processing.dagbag import DagBag
 
-    dag = DagBag(dag_folder=str(REPO / "dags")).get_dag(dag_id)
+    dags = dags_folder()
+    dag = DagBag(dag_folder=str(dags)).get_dag(dag_id)
     if dag is None:
-        raise RuntimeError(f"DAG {dag_id} not found in {REPO / 'dags'}")
+        raise RuntimeError(f"DAG {dag_id} not found in {dags}")
     dag_run = dag.test(run_conf=conf)
     return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}, dag_run
 
@@ -231,7 +235,7 @@ def run_story(bootstrap: str, connect: ConnectWorker, receiver: AlertReceiver) -
         "\nWhere to look next:\n"
         f"  - the sink connector's output: {connect.output_file('orders.jsonl')}\n"
         f"  - the guard's log: {guard_log}\n"
-        "  - the DAGs: dags/error_aware_pipeline.py, dags/tolerance_guard.py, dags/dlq_replay.py\n"
+        f"  - the DAGs: error_aware_pipeline.py, tolerance_guard.py, dlq_replay.py in {dags_folder()}\n"
         "  - the same DAGs in the Airflow UI: make ui\n"
         "  - how to write your own: README.md"
     )
@@ -249,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["--run-dag"]:
         return run_single_dag(args[1])
+    try:
+        dags = dags_folder()
+    except FileNotFoundError as exc:
+        print(f"kerr demo: {exc}", file=sys.stderr)
+        return 2
     directory = state_dir() / "demo"
     directory.mkdir(parents=True, exist_ok=True)
     external = resolve_bootstrap_servers()
@@ -269,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         connect = ConnectWorker(bootstrap, directory / f"connect-{int(time.time())}").start()
         print(f"    Connect REST at {connect.url}; alerts go to {receiver.url}")
         step("preparing an isolated Airflow under .kerr/demo (SQLite, examples off)")
-        configure_airflow(directory / "airflow", bootstrap, connect.port)
+        configure_airflow(directory / "airflow", bootstrap, connect.port, dags)
         return run_story(bootstrap, connect, receiver)
     finally:
         receiver.stop()

@@ -40,9 +40,8 @@ from airflow_kerr.local.broker import (
     resolve_bootstrap_servers,
 )
 from airflow_kerr.local.connect_worker import ConnectWorker
-from airflow_kerr.local.state import state_dir
+from airflow_kerr.local.state import dags_folder, state_dir
 
-REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PORT = 8080
 CONNECT_DEFAULT_PORT = 8083
 #: The login of a local development UI (it listens on 127.0.0.1 unless told otherwise); printed by ``make ui``.
@@ -71,6 +70,7 @@ def airflow_environment(
     port: int,
     password_file: Path,
     connections: Mapping[str, str],
+    dags: Path,
 ) -> dict[str, str]:
     """The environment ``airflow standalone`` runs with.
 
@@ -85,7 +85,7 @@ def airflow_environment(
     env.update(
         {
             "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
@@ -363,9 +363,11 @@ def start_local_ui(
     ``.kerr/ui``. The metadata DB is kept between runs, so a second start is quicker
     and earlier runs stay visible. The broker is ``bootstrap_servers`` when given (the
     tests share theirs), else ``KAFKA_BOOTSTRAP_SERVERS``, else an embedded one whose
-    ``orders.dlq`` is seeded with sample dead letters. On any failure everything
+    ``orders.dlq`` is seeded with sample dead letters. The DAGs are those of
+    :func:`~airflow_kerr.local.state.dags_folder`. On any failure everything
     already started is stopped before the error is raised.
     """
+    dags = dags_folder()  # first: a missing DAGs folder fails before anything starts
     home = (home or state_dir() / "ui").resolve()
     airflow_home = home / "airflow"
     airflow_home.mkdir(parents=True, exist_ok=True)
@@ -399,6 +401,7 @@ def start_local_ui(
             port=port,
             password_file=password_file,
             connections=connection_variables(ui.bootstrap_servers, ui.connect.host, ui.connect.port),
+            dags=dags,
         )
         with open(ui.log_path, "wb") as log:
             ui.process = subprocess.Popen(
