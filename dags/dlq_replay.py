@@ -48,7 +48,7 @@ PARAMS = {
         description="The dead letter queue to replay (Kafka Connect, KIP-1191 or Kafka Streams headers).",
         section=SOURCE,
     ),
-    "kafka_conn_id": Param(
+    "kafka_config_id": Param(
         "kafka_default",
         type="string",
         title="Kafka connection",
@@ -213,7 +213,7 @@ with DAG(
 ) as dag:
     DeadLetterQueueReplayOperator(
         task_id="replay",
-        kafka_config_id="{{ params.kafka_conn_id }}",
+        kafka_config_id="{{ params.kafka_config_id }}",
         dlq_topic="{{ params.dlq_topic }}",
         replay_group="{{ params.replay_group }}",
         source_topics="{{ params.source_topics }}",

@@ -76,6 +76,14 @@ def test_the_dag_is_a_ui_form_with_sections_and_safe_defaults(load_dag: Callable
     assert task.transaction_timeout_s == "{{ params.transaction_timeout_s }}"
 
 
+def test_every_form_field_is_the_operator_argument_of_the_same_name(load_dag: Callable[[str], Any]) -> None:
+    """One name per setting in the form and the operator (``kafka_config_id``, as every operator says)."""
+    (task,) = load_dag("dlq_replay").tasks
+    attribute = {"dry_run": "dry_run_only"}  # BaseOperator.dry_run is a method
+    for name in task.dag.params:
+        assert getattr(task, attribute.get(name, name)) == f"{{{{ params.{name} }}}}", name
+
+
 def test_the_default_run_is_a_dry_run_that_writes_nothing(
     load_dag: Callable[[str], Any],
     run_dag: Callable[..., dict[str, str | None]],
