@@ -1,9 +1,7 @@
-"""Kafka Connect's errors.* contract in pure Python: no Airflow, no Spark.
+"""Kafka Connect's errors.* contract in pure Python: config, retry/tolerance, error context, DLQ records, metrics."""
 
-The Spark job, the replay operator and the sensors share these pieces: the validated
-``errors.*`` configuration, the retry/tolerance executor, the error context, the DLQ record
-build and parse, and Connect's error metrics.
-"""
+# The Spark job, the replay and the sensors share these pieces. Nothing here imports Airflow,
+# Spark, confluent-kafka or any other room of ours: this package runs on Spark executors.
 
 from airflow_kerr.errors.config import (
     MASK,

@@ -1,1 +1,1 @@
-"""Notifiers for tolerance breaches."""
+"""Airflow notifiers: tolerance-breach alerts (webhook, email, log)."""

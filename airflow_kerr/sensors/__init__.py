@@ -1,1 +1,1 @@
-"""Airflow sensors."""
+"""Airflow sensors: DLQ growth, tolerance breach and recovery, Kafka Connect connector state."""

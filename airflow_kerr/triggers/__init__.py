@@ -1,1 +1,1 @@
-"""Triggers: the async twins of the sensors and waits, for deferrable mode."""
+"""Airflow triggers: the async twins of the sensors and connector waits, for deferrable mode."""
