@@ -155,7 +155,7 @@ BAD_MODULES = {
 }
 
 
-@pytest.mark.parametrize(("where", "source"), list(BAD_MODULES.items()))
+@pytest.mark.parametrize(("where", "source"), list(BAD_MODULES.items()), ids=list(BAD_MODULES))
 def test_the_rules_catch_a_bad_import(where: str, source: str) -> None:
     path = PACKAGE / where
     found = list(imports_of(path, ast.parse(source)))
