@@ -97,6 +97,7 @@ def test_connect_and_the_job_write_the_same_dead_letters(
                 "value_converter": "json",
                 "sink": {"kind": "kafka", "topic": f"{topic}.clean"},
                 "kafka": kafka_config,
+                "metrics_topic": f"{topic}.metrics",
                 "errors": {
                     "errors.tolerance": "all",
                     "errors.deadletterqueue.topic.name": job_dlq,

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_kerr.local.broker import ensure_topics
 from airflow_kerr.operators.error_aware_spark import ErrorAwareSparkSubmitOperator, build_package_zip
 from airflow_kerr.spark.spec import InvalidPipelineSpec
 
@@ -142,14 +143,15 @@ def test_the_package_zip_ships_the_job_and_the_core(tmp_path: Path) -> None:
 @pytest.mark.spark
 def test_example_dag_runs_and_pushes_the_run_metrics(
     kafka_config: dict[str, Any],
-    create_topic: Callable[..., str],
     load_dag: Callable[[str], Any],
     run_dag: Callable[..., dict[str, str | None]],
     monkeypatch: pytest.MonkeyPatch,
     java_home: str,
 ) -> None:
-    for topic, partitions in (("orders", 2), ("orders.clean", 1), ("orders.dlq", 1), ("kerr.metrics", 1)):
-        create_topic(topic, partitions)
+    # The example DAG's fixed topic names; another test's job may have published to the default metrics topic.
+    ensure_topics(
+        kafka_config["bootstrap.servers"], {"orders": 2, "orders.clean": 1, "orders.dlq": 1, "kerr.metrics": 1}
+    )
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": kafka_config}))
     dag = load_dag("error_aware_pipeline")
 

@@ -74,7 +74,7 @@ def local_ui(chromium: Path, kafka_bootstrap: str, tmp_path_factory: pytest.Temp
         connect_port=free_port(),
         bootstrap_servers=kafka_bootstrap,
         seed_sample_dlq=False,
-        startup_timeout_s=180,
+        startup_timeout_s=300,
     )
     assert ui.process is not None
     try:
