@@ -325,7 +325,12 @@ class RealConnect:
     def fail_task(self, name: str, task_id: int) -> dict[str, Any]:
         """Make task ``task_id`` FAILED for real: a malformed record on the partition it reads."""
         from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient
 
+        # After a restart the tasks' consumers rejoin their group one by one, and for a moment one task may
+        # read every partition: wait until this task reads its own, so the malformed record fails it.
+        admin = AdminClient(self.producer_config)
+        _wait_until(lambda: task_id in _assignment(admin, f"connect-{name}").get(task_id, []), timeout_s=60)
         producer = Producer(self.producer_config)
         producer.produce(self.topic_of(name), value=MALFORMED_VALUE, partition=task_id)
         producer.flush(10)
