@@ -150,10 +150,10 @@ def test_pause_times_out_with_what_it_waited_for(
     monkeypatch.setenv("AIRFLOW_CONN_KC_SLOW", f"kafka-connect://127.0.0.1:{slow_connect.port}")
     name, _ = sink()
     operator = PauseConnectorOperator(
-        task_id="pause", connector=name, kafka_connect_conn_id="kc_slow", poll_interval=0.1, wait_timeout=0.5
+        task_id="pause", connector=name, kafka_connect_conn_id="kc_slow", poll_interval=0.1, wait_timeout=2
     )
     with pytest.raises(
-        ConnectorStateTimeout, match=rf"(?s)not visible in /status after 0.5 s.*{name}: connector RUNNING"
+        ConnectorStateTimeout, match=rf"(?s)not visible in /status after 2 s.*{name}: connector RUNNING"
     ):
         operator.execute(context)
     deferrable = PauseConnectorOperator(
@@ -161,7 +161,7 @@ def test_pause_times_out_with_what_it_waited_for(
         connector=name,
         kafka_connect_conn_id="kc_slow",
         poll_interval=0.1,
-        wait_timeout=0.5,
+        wait_timeout=2,  # within the 3 s lag, and long enough for a poll on a loaded machine
         deferrable=True,
     )
     with pytest.raises(ConnectorStateTimeout, match="waiting: connector is RUNNING"):
