@@ -166,7 +166,7 @@ def test_pause_times_out_with_what_it_waited_for(
     )
     # Known issue (closing note): the trigger's polls through the lagging proxy sometimes time out instead of
     # reading the stale status; either way the deferred wait must end as a ConnectorStateTimeout saying why.
-    with pytest.raises(ConnectorStateTimeout, match="waiting: connector is RUNNING|status unavailable: .*timed out"):
+    with pytest.raises(ConnectorStateTimeout, match=r"waiting: connector is RUNNING|status unavailable: .*timed out"):
         run_deferred(deferrable, context)
 
 
