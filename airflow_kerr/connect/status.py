@@ -2,7 +2,8 @@
 
 Pure functions on the ``GET /connectors/{c}/status`` body, shared by the
 poke-style waits, the deferrable trigger and the sensor so all three decide
-"done" the same way (:func:`check_poll` is the one step they each run per poll). A status body looks like::
+"done" the same way: :func:`check_poll` judges one poll, and :class:`StatusWatch`
+carries a wait across polls (the last status each connector showed). A status body looks like::
 
     {"name": "orders-sink",
      "connector": {"state": "RUNNING", "worker_id": "10.0.0.1:8083", "trace": "..."},
@@ -149,6 +150,49 @@ def check_poll(target: ConnectorTarget, reading: dict[str, Any] | KafkaConnectEr
     if not verdict.reached:
         return Poll(status=reading, waiting=f"{describe(reading)} (waiting: {', '.join(verdict.waiting_on)})")
     return Poll(status=reading)
+
+
+class StatusWatch:
+    """A wait on several connectors across polls: the last status each showed and what each still awaits.
+
+    A poll that fails transiently (a worker restarting, a request cut by the
+    wait's deadline) does not erase what earlier polls saw: the reason then
+    reads "connector RUNNING; tasks 0=RUNNING (waiting: ...); last poll: timed out",
+    so a timeout still says which state the connector was stuck in.
+    """
+
+    def __init__(self, targets: dict[str, ConnectorTarget]) -> None:
+        self.targets = targets
+        #: The last status body each connector showed.
+        self.statuses: dict[str, dict[str, Any]] = {}
+        #: What each connector still awaits after the latest poll; empty once all are done.
+        self.pending: dict[str, str] = dict.fromkeys(targets, "not polled yet")
+        self._last_waiting: dict[str, str] = {}
+
+    def record(self, name: str, reading: dict[str, Any] | KafkaConnectError) -> str | None:
+        """Judge one connector's poll; return the reason to give up (FAILED where not allowed), else None.
+
+        Raises a non-transient ``KafkaConnectError`` given as ``reading`` (the connector is gone).
+        """
+        poll = check_poll(self.targets[name], reading)
+        if poll.status is not None:
+            self.statuses[name] = poll.status
+            self._last_waiting.pop(name, None)
+            if poll.waiting:
+                self._last_waiting[name] = poll.waiting
+        if poll.fatal:
+            return poll.fatal
+        if poll.done:
+            self.pending.pop(name, None)
+        elif poll.status is None and name in self._last_waiting:
+            self.pending[name] = f"{self._last_waiting[name]}; last poll: {reading}"
+        else:
+            self.pending[name] = poll.waiting or ""
+        return None
+
+    def describe_pending(self) -> str:
+        """``name: reason; name: reason`` for a log line."""
+        return "; ".join(f"{name}: {why}" for name, why in self.pending.items())
 
 
 def failed_instances(status: dict[str, Any]) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_kerr.connect.errors import TRANSIENT_ERRORS, ConnectorStateTimeout, KafkaConnectError
-from airflow_kerr.connect.status import ConnectorTarget, check_poll, describe, failed_instances, first_line
+from airflow_kerr.connect.status import ConnectorTarget, StatusWatch, describe, failed_instances, first_line
 from airflow_kerr.hooks.kafka_connect import DEFAULT_REBALANCE_RETRY_BUDGET_S, KafkaConnectHook
 from airflow_kerr.triggers.connector_state import ConnectorStateTrigger
 
@@ -155,49 +155,39 @@ class BaseConnectorControlOperator(BaseOperator):
             targets = {name: self.act(hook, name) for name in names}
             if not self.wait_for_completion:
                 return self._finish(context, {name: hook.get_status(name) for name in names})
+            watch = StatusWatch(targets)
             if self.deferrable:
-                statuses, pending = self._poll_once(hook, targets)
-                if not pending:
-                    return self._finish(context, statuses)
+                if self._poll(hook, watch):
+                    return self._finish(context, watch.statuses)
                 trigger, backstop = ConnectorStateTrigger.deferral(
                     targets, self.wait_timeout, self.poll_interval, self.kafka_connect_conn_id
                 )
                 self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop)
-            return self._finish(context, self._wait(hook, targets))
+            return self._finish(context, self._wait(hook, watch))
 
-    def _poll_once(
-        self, hook: KafkaConnectHook, targets: dict[str, ConnectorTarget]
-    ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-        """Read every connector's status once: (statuses, what each unfinished connector still waits for)."""
-        statuses: dict[str, dict[str, Any]] = {}
-        pending: dict[str, str] = {}
-        for name, target in targets.items():
+    def _poll(self, hook: KafkaConnectHook, watch: StatusWatch) -> bool:
+        """Read every connector's status once into ``watch``; True when all meet their targets."""
+        for name in watch.targets:
             reading: dict[str, Any] | KafkaConnectError
             try:
                 reading = hook.get_status(name)
             except TRANSIENT_ERRORS as exc:
                 reading = exc
-            poll = check_poll(target, reading)
-            if poll.status is not None:
-                statuses[name] = poll.status
-            if poll.fatal:
-                raise AirflowException(f"{self.action} of {name}: {poll.fatal}")
-            if poll.waiting:
-                pending[name] = poll.waiting
-        return statuses, pending
+            fatal = watch.record(name, reading)
+            if fatal:
+                raise AirflowException(f"{self.action} of {name}: {fatal}")
+        return not watch.pending
 
-    def _wait(self, hook: KafkaConnectHook, targets: dict[str, ConnectorTarget]) -> dict[str, dict[str, Any]]:
+    def _wait(self, hook: KafkaConnectHook, watch: StatusWatch) -> dict[str, dict[str, Any]]:
         """Poll until every connector meets its target; the worker-side twin of the trigger."""
         deadline = hook.deadline if hook.deadline is not None else time.monotonic() + self.wait_timeout
-        while True:
-            statuses, pending = self._poll_once(hook, targets)
-            if not pending:
-                return statuses
+        while not self._poll(hook, watch):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ConnectorStateTimeout(self._timeout_message(pending, statuses))
-            self.log.info("Waiting for %s", "; ".join(f"{name}: {why}" for name, why in pending.items()))
+                raise ConnectorStateTimeout(self._timeout_message(watch.pending, watch.statuses))
+            self.log.info("Waiting for %s", watch.describe_pending())
             time.sleep(min(self.poll_interval, remaining))
+        return watch.statuses
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger: return the statuses, or fail with what was still awaited."""

@@ -10,7 +10,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
 from airflow_kerr.connect.errors import TRANSIENT_ERRORS, KafkaConnectError
-from airflow_kerr.connect.status import STATES, ConnectorTarget, check_poll
+from airflow_kerr.connect.status import STATES, ConnectorTarget, StatusWatch
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.triggers.connector_state import ConnectorStateTrigger
 
@@ -52,6 +52,7 @@ class ConnectorStateSensor(BaseSensorOperator):
         self.kafka_connect_conn_id = kafka_connect_conn_id
         self.deferrable = deferrable
         self._hook: KafkaConnectHook | None = None
+        self._watch: StatusWatch | None = None
 
     @property
     def target(self) -> ConnectorTarget:
@@ -70,12 +71,14 @@ class ConnectorStateSensor(BaseSensorOperator):
         except TRANSIENT_ERRORS as exc:
             # The worker may be restarting or rebalancing: keep poking until the timeout, as the trigger does.
             reading = exc
-        poll = check_poll(self.target, reading)
-        if poll.fatal:
-            raise AirflowException(f"{self.connector}: {poll.fatal}")
-        if poll.done:
-            return PokeReturnValue(is_done=True, xcom_value=poll.status)
-        self.log.info("%s: waiting for %s: %s", self.connector, self.target.state, poll.waiting)
+        if self._watch is None:
+            self._watch = StatusWatch({self.connector: self.target})
+        fatal = self._watch.record(self.connector, reading)
+        if fatal:
+            raise AirflowException(f"{self.connector}: {fatal}")
+        if not self._watch.pending:
+            return PokeReturnValue(is_done=True, xcom_value=self._watch.statuses[self.connector])
+        self.log.info("%s: waiting for %s: %s", self.connector, self.target.state, self._watch.pending[self.connector])
         return False
 
     def execute(self, context: Context) -> Any:

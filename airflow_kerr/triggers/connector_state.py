@@ -19,7 +19,7 @@ from typing import Any
 from airflow.triggers.base import TriggerEvent
 
 from airflow_kerr.connect.errors import TRANSIENT_ERRORS, KafkaConnectError
-from airflow_kerr.connect.status import ConnectorTarget, check_poll
+from airflow_kerr.connect.status import ConnectorTarget, StatusWatch
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.triggers.base import KwargsTrigger, deadline_and_backstop
 
@@ -71,11 +71,10 @@ class ConnectorStateTrigger(KwargsTrigger):
         hook = KafkaConnectHook(self.kafka_connect_conn_id)
         # No poll outlasts the wait: a slow worker's request is cut at the deadline like the worker-side wait's.
         hook.deadline = time.monotonic() + (self.deadline - time.time())
-        statuses: dict[str, dict[str, Any]] = {}
+        watch = StatusWatch(targets)
         try:
             while True:
-                pending: dict[str, str] = {}
-                for name, target in targets.items():
+                for name in targets:
                     reading: dict[str, Any] | KafkaConnectError
                     try:
                         reading = await hook.aget_status(name)
@@ -83,24 +82,20 @@ class ConnectorStateTrigger(KwargsTrigger):
                         # The worker may be restarting or rebalancing: keep polling until the deadline.
                         reading = exc
                     except KafkaConnectError as exc:
-                        yield TriggerEvent({"status": "error", "message": str(exc), "statuses": statuses})
+                        yield TriggerEvent({"status": "error", "message": str(exc), "statuses": watch.statuses})
                         return
-                    poll = check_poll(target, reading)
-                    if poll.status is not None:
-                        statuses[name] = poll.status
-                    if poll.fatal:
-                        yield TriggerEvent({"status": "error", "message": poll.fatal, "statuses": statuses})
+                    fatal = watch.record(name, reading)
+                    if fatal:
+                        yield TriggerEvent({"status": "error", "message": fatal, "statuses": watch.statuses})
                         return
-                    if poll.waiting:
-                        pending[name] = poll.waiting
-                if not pending:
-                    yield TriggerEvent({"status": "success", "statuses": statuses})
+                if not watch.pending:
+                    yield TriggerEvent({"status": "success", "statuses": watch.statuses})
                     return
                 remaining = self.deadline - time.time()
                 if remaining <= 0:
-                    yield TriggerEvent({"status": "timeout", "pending": pending, "statuses": statuses})
+                    yield TriggerEvent({"status": "timeout", "pending": watch.pending, "statuses": watch.statuses})
                     return
-                self.log.info("Waiting for %s", "; ".join(f"{n}: {why}" for n, why in pending.items()))
+                self.log.info("Waiting for %s", watch.describe_pending())
                 await asyncio.sleep(min(self.poll_interval, remaining))
         finally:
             await hook.aclose()

@@ -128,6 +128,18 @@ def _screenshot(page: Any, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / name), animations="disabled")
 
 
+def _wait_for_the_run_page(ui: LocalUI, page: Any, dialog: Any) -> None:
+    """Wait until the UI opens the new run's page; if it does not, fail with what the dialog and Airflow said."""
+    try:
+        page.wait_for_url(re.compile(r".*/dags/dlq_replay/runs/[^/]+$"), wait_until="commit", timeout=120_000)
+    except Exception as exc:
+        shown = dialog.inner_text(timeout=5_000) if dialog.count() else "(no dialog open)"
+        pytest.fail(
+            f"the UI did not open the new run's page within 120 s of Trigger ({type(exc).__name__}); "
+            f"page {page.url}; the dialog shows:\n{shown[-2000:]}\nAirflow log:\n{ui.log_tail(60)}"
+        )
+
+
 def _trigger_from_the_form(ui: LocalUI, page: Any, dlq: str, group: str) -> str:
     """Log in, open dlq_replay, fill the form, trigger; return the new run's id once the UI shows it succeeded."""
     from playwright.sync_api import expect
@@ -148,8 +160,7 @@ def _trigger_from_the_form(ui: LocalUI, page: Any, dlq: str, group: str) -> str:
     page.fill("input[name=element_replay_group]", group)
     _screenshot(page, "dlq_replay_form.png")
     dialog.get_by_role("button", name="Trigger").click()
-
-    page.wait_for_url(re.compile(r".*/dags/dlq_replay/runs/[^/]+$"))
+    _wait_for_the_run_page(ui, page, dialog)
     run_id = unquote(page.url.rsplit("/runs/", 1)[1])
     _wait_for_run(ui, run_id)
     # The page refreshes itself while the run is active: wait until it shows the end, not the start.

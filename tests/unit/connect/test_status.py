@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from airflow_kerr.connect.errors import ConnectorNotFound, ConnectServerError, ConnectUnreachable
-from airflow_kerr.connect.status import ConnectorTarget, check_poll, describe, failed_instances, first_line
+from airflow_kerr.connect.status import ConnectorTarget, StatusWatch, check_poll, describe, failed_instances, first_line
 
 
 def status(connector: str, *tasks: str, **extra: Any) -> dict[str, Any]:
@@ -78,6 +78,28 @@ def test_a_poll_is_done_waiting_or_fatal_and_waits_through_transient_errors() ->
     gone = ConnectorNotFound("GET", "http://w/connectors/c/status", "No status found", http_status=404)
     with pytest.raises(ConnectorNotFound):
         check_poll(target, gone)
+
+
+def test_a_watch_keeps_the_last_seen_state_through_a_failed_poll() -> None:
+    watch = StatusWatch({"a": ConnectorTarget("PAUSED"), "b": ConnectorTarget("PAUSED")})
+    assert watch.pending == {"a": "not polled yet", "b": "not polled yet"}
+    cut = ConnectUnreachable("GET", "http://w/connectors/a/status", "timed out")
+    assert watch.record("a", cut) is None
+    assert watch.pending["a"] == f"status unavailable: {cut}", "nothing seen yet: only the error"
+    watch.record("a", status("RUNNING", "RUNNING"))
+    watch.record("a", cut)
+    assert watch.pending["a"] == (
+        f"connector RUNNING; tasks 0=RUNNING (waiting: connector is RUNNING, task 0 is RUNNING); last poll: {cut}"
+    ), "a timeout still says which state the connector was stuck in"
+    assert watch.statuses["a"] == status("RUNNING", "RUNNING")
+    watch.record("a", status("PAUSED", "PAUSED"))
+    watch.record("b", status("PAUSED", "PAUSED"))
+    assert watch.pending == {} and set(watch.statuses) == {"a", "b"}
+    assert watch.record("a", status("FAILED", "PAUSED")) is None, "a FAILED connector is waited on by default"
+    assert "connector is FAILED" in watch.pending["a"]
+    assert StatusWatch({"a": ConnectorTarget("PAUSED", failed_connector="fail")}).record(
+        "a", status("FAILED", "PAUSED")
+    )
 
 
 def test_stopped_means_no_tasks() -> None:
