@@ -20,10 +20,12 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -76,7 +78,98 @@ class _Written(Enum):
     STOPPED = "stopped"
 
 
+class _InFlight(NamedTuple):
+    """The batch the background writer is writing: the offsets its transaction commits and the counts it settles."""
+
+    positions: dict[int, int]
+    counts: BatchCounts
+
+
+@dataclass
+class _Batch:
+    """One polled batch, decided: the records it writes, what it counts, and the read positions after it."""
+
+    outputs: list[ReplayRecord]
+    counts: BatchCounts
+    positions: dict[int, int]
+
+
+@dataclass
+class _LoopState:
+    """What the replay loop carries from one batch to the next, with the parts it works on.
+
+    ``positions`` run ahead of ``committed`` while a batch is in flight, or while batches
+    that wrote nothing (every record skipped or dropped) wait to ride on the next
+    transaction. ``pending`` counts what was read and not yet handed to a transaction,
+    ``in_flight`` is the batch being written; counts reach the summary only once their
+    transaction committed. ``attempt`` counts the aborts of the batch at ``committed``.
+    """
+
+    consumer: Consumer
+    writer: TransactionalWriter | None
+    #: Writes one batch while the next is read and decided; None in a dry run, which writes nothing.
+    background: BackgroundWriter | None
+    plan: ReplayPlan
+    summary: ReplaySummary
+    policy: ReplayPolicy
+    progress: Progress
+    committed: dict[int, int]
+    positions: dict[int, int]
+    #: Called by the writer before each record produced, so a stop aborts the open transaction.
+    pace: Callable[[], bool] | None = None
+    batch_size: int = 1
+    pending: BatchCounts = field(default_factory=BatchCounts)
+    in_flight: _InFlight | None = None
+    attempt: int = 0
+    #: No record arrived for ``idle_timeout_s`` before the planned end.
+    idle: bool = False
+    last_progress: float = field(default_factory=time.monotonic)
+    #: When settling last ran a young-generation pass of the cyclic collector.
+    collected: float = field(default_factory=time.monotonic)
+    #: Set once the loop ended: a batch still in flight (the loop failed) stops at its next record.
+    abandoned: bool = False
+
+    @property
+    def ends(self) -> dict[int, int]:
+        """The planned end offset of each partition."""
+        return self.plan.end_offsets
+
+    @property
+    def reading(self) -> bool:
+        """Whether some partition has records left before its planned end."""
+        return any(self.positions[p] < self.ends[p] for p in self.plan.partitions)
+
+    @property
+    def left(self) -> int:
+        """How many offsets are left to read before the planned ends."""
+        return sum(self.ends[p] - self.positions[p] for p in self.plan.partitions if self.positions[p] < self.ends[p])
+
+    @property
+    def written_back(self) -> bool:
+        """Whether the batch in flight has its outcome ready, so collecting it does not wait."""
+        return self.in_flight is not None and self.background is not None and self.background.finished
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for the replay loop; settling runs a young pass every GC_INTERVAL_S.
+
+    A batch keeps thousands of young objects alive until it is written; the cyclic collector,
+    run every 700 allocations, traversed them again and again (15 % of a replay's CPU). Replay
+    objects form no cycles (refcounting frees them), so only cycles a fix function may leave
+    need the periodic pass.
+    """
+    collector_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collector_was_on:
+            gc.enable()
+
+
 def _producer(config: dict[str, Any]) -> ProducerLike:
+    """confluent-kafka's ``Producer``, the default ``producer_factory``."""
     producer: Any = Producer(config)
     return producer
 
@@ -206,7 +299,6 @@ class DlqReplay:
 
     def run(self) -> ReplaySummary:
         """Replay (or, with ``dry_run``, count) every selected record in the planned range."""
-        o = self.options
         started = time.monotonic()
         self._metadata = offset_consumer(self.kafka_config)
         consumer: Consumer | None = None
@@ -214,51 +306,11 @@ class DlqReplay:
         fatal = False
         try:
             partitions = self._check_topics(self._metadata)
-            tid = self.transactional_id(partitions)
-            if not o.dry_run:
-                budget = o.transaction_timeout_s
-                writer = TransactionalWriter(
-                    self.producer_factory(transactional_config(self.kafka_config, tid, budget)),
-                    transaction_timeout_s=budget,
-                )
-                try:
-                    writer.init()
-                except BrokerUnreachable as error:
-                    raise BrokerUnreachable(f"{error}. Nothing was committed by this run.") from error
-            consumer = Consumer(
-                {
-                    **self.kafka_config,
-                    "group.id": o.group_id,
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "isolation.level": "read_committed",
-                    "enable.partition.eof": False,
-                }
-            )
-            tps = [TopicPartition(o.dlq_topic, p) for p in partitions]
-            committed = {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=self.timeout_s)}
-            marks = {p: lh for (_, p), lh in watermarks(self._metadata, [(o.dlq_topic, p) for p in partitions]).items()}
-            plan = self.plan(committed, marks, partitions)
-            summary = ReplaySummary(
-                self.run_id,
-                o.dlq_topic,
-                o.group_id,
-                plan.transactional_id,
-                o.dry_run,
-                total=plan.total,
-                start_offsets=dict(plan.start_offsets),
-                end_offsets=dict(plan.end_offsets),
-            )
-            self._prepare_parking(plan, summary)
-            self.log.info(
-                "replaying %s (partitions %s, %d records to read) with group %s, transactional.id %s%s",
-                o.dlq_topic,
-                partition_ranges(partitions),
-                plan.total,
-                o.group_id,
-                tid,
-                " (dry run)" if o.dry_run else "",
-            )
+            if not self.options.dry_run:
+                writer = self._writer(self.transactional_id(partitions))
+                self._fence(writer)
+            consumer = self._consumer()
+            plan, summary = self._start(consumer, partitions)
             self._loop(consumer, writer, plan, summary)
             summary.seconds = round(time.monotonic() - started, 3)
             if writer is not None:
@@ -268,19 +320,88 @@ class DlqReplay:
             fatal = True
             raise
         finally:
-            if writer is not None and writer.in_transaction and not fatal:
-                try:
-                    writer.abort()
-                except ReplayFatalError as error:
-                    self.log.warning("could not abort the open transaction: %s", error)
-            if writer is not None:
-                writer.close()
-            if consumer is not None:
-                consumer.close()
+            self._close(writer, consumer, fatal)
+
+    def _writer(self, transactional_id: str) -> TransactionalWriter:
+        """The transactional writer; its producer's ``transaction.timeout.ms`` is the per-transaction budget."""
+        budget = self.options.transaction_timeout_s
+        producer = self.producer_factory(transactional_config(self.kafka_config, transactional_id, budget))
+        return TransactionalWriter(producer, transaction_timeout_s=budget)
+
+    def _fence(self, writer: TransactionalWriter) -> None:
+        """``init_transactions`` before any record is read, so an older replay with this ``transactional.id`` stops."""
+        try:
+            writer.init()
+        except BrokerUnreachable as error:
+            raise BrokerUnreachable(f"{error}. Nothing was committed by this run.") from error
+
+    def _consumer(self) -> Consumer:
+        """The replay group's consumer: its offsets move only inside the writer's transactions, never on their own.
+
+        ``read_committed`` hides a transactionally written DLQ's aborted records.
+        """
+        return Consumer(
+            {
+                **self.kafka_config,
+                "group.id": self.options.group_id,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": False,
+            }
+        )
+
+    def _start(self, consumer: Consumer, partitions: list[int]) -> tuple[ReplayPlan, ReplaySummary]:
+        """Plan the range from the group's committed offsets and the watermarks, before any record is read."""
+        o = self.options
+        assert self._metadata is not None
+        tps = [TopicPartition(o.dlq_topic, p) for p in partitions]
+        committed = {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=self.timeout_s)}
+        marks = {p: lh for (_, p), lh in watermarks(self._metadata, [(o.dlq_topic, p) for p in partitions]).items()}
+        plan = self.plan(committed, marks, partitions)
+        summary = ReplaySummary(
+            self.run_id,
+            o.dlq_topic,
+            o.group_id,
+            plan.transactional_id,
+            o.dry_run,
+            total=plan.total,
+            start_offsets=dict(plan.start_offsets),
+            end_offsets=dict(plan.end_offsets),
+        )
+        self._prepare_parking(plan, summary)
+        self.log.info(
+            "replaying %s (partitions %s, %d records to read) with group %s, transactional.id %s%s",
+            o.dlq_topic,
+            partition_ranges(partitions),
+            plan.total,
+            o.group_id,
+            plan.transactional_id,
+            " (dry run)" if o.dry_run else "",
+        )
+        return plan, summary
+
+    def _close(self, writer: TransactionalWriter | None, consumer: Consumer | None, fatal: bool) -> None:
+        """Abort a transaction left open, then close every client, whatever ended the run.
+
+        After a fatal error nothing is aborted: the producer cannot, and the broker aborts the
+        transaction itself (or the next run's ``init_transactions`` does).
+        """
+        if writer is not None and writer.in_transaction and not fatal:
+            try:
+                writer.abort()
+            except ReplayFatalError as error:
+                self.log.warning("could not abort the open transaction: %s", error)
+        if writer is not None:
+            writer.close()
+        if consumer is not None:
+            consumer.close()
+        if self._metadata is not None:
             self._metadata.close()
             self._metadata = None
 
     def _prepare_parking(self, plan: ReplayPlan, summary: ReplaySummary) -> None:
+        """Create a missing parking topic before the first batch, so parking a record never fails on it."""
         if not plan.create_parking_topic:
             return
         name = self.options.parking_topic
@@ -293,18 +414,61 @@ class DlqReplay:
         summary.notes.append(f"created parking topic {name!r} with {len(plan.partitions)} partitions")
         self.log.info("created the parking topic %s", name)
 
+    # -- the replay loop -------------------------------------------------------------------------------
+
     def _loop(
         self, consumer: Consumer, writer: TransactionalWriter | None, plan: ReplayPlan, summary: ReplaySummary
     ) -> None:
         """Read, decide and write batch by batch until the planned ends, a stop, ``max_records`` or idleness.
 
-        One batch is written in the background while the next is read and decided.
-        ``positions`` run ahead of ``committed`` while a batch is in flight, or while batches
-        that wrote nothing (every record skipped or dropped) wait to ride on the next
-        transaction. ``pending`` counts what was read and not yet handed to a transaction,
-        ``in_flight`` holds the positions and counts of the batch being written; counts reach
-        the summary only once their transaction committed.
+        The loop itself is :meth:`_replay_batches`; around it: the background writer, which writes
+        one batch while the next is read and decided, and the paused cyclic collector; after it,
+        the offsets of the last records that wrote nothing, and a read-back of the group's offsets.
         """
+        loop = self._loop_state(consumer, writer, plan, summary)
+        with _cyclic_gc_paused():
+            try:
+                self._replay_batches(loop)
+            finally:
+                loop.abandoned = True
+                if loop.background is not None:
+                    loop.background.close()
+        if writer is not None:
+            self._commit_remaining_offsets(loop, writer)
+            self._read_back_committed(loop, writer)
+        loop.progress.update(summary.scanned, summary.replayed, summary.parked, summary.dropped, force=True)
+
+    def _replay_batches(self, loop: _LoopState) -> None:
+        """confluent-kafka's exactly-once loop (``examples/eos-transactions.py``), one transaction per batch.
+
+        consume a batch → decide each record (replay, park or drop; unselected records are
+        skipped) → produce the outputs, ``send_offsets_to_transaction`` with the replay group's
+        positions and ``commit_transaction`` (:meth:`_write`, in the background while the next
+        batch is read) → settle the batch's counts; after an abort, rewind to the committed
+        offsets and read the batch again. Ends at the planned ends, a stop, ``max_records`` or idleness.
+        """
+        while True:
+            if loop.written_back:
+                # Settle a finished batch at once: a failure (an unreachable broker) ends the run now,
+                # not after the reader has waited out its idle timeout.
+                if self._collect(loop) is _Written.STOPPED:
+                    return
+                continue
+            budget = self._budget(loop)
+            if self._read_enough(loop, budget):
+                if not self._wind_down(loop):
+                    return
+                continue
+            # Never ask for more than is left, or the last consume waits out its whole timeout.
+            messages = loop.consumer.consume(max(1, min(loop.batch_size, loop.left)), 0.5)
+            batch = self._decide(loop, messages, budget)
+            if batch is not None and not self._write(loop, batch):
+                return
+
+    def _loop_state(
+        self, consumer: Consumer, writer: TransactionalWriter | None, plan: ReplayPlan, summary: ReplaySummary
+    ) -> _LoopState:
+        """The loop's state at the planned start offsets, with the consumer assigned there."""
         o = self.options
         policy = ReplayPolicy(
             o.dlq_topic,
@@ -316,177 +480,203 @@ class DlqReplay:
             o.fix,
             self._topic_exists,
         )
-        ends = plan.end_offsets
-        committed = {p: plan.start_offsets[p] for p in plan.partitions}
-        positions = dict(committed)
-        pending = BatchCounts()
-        in_flight: tuple[dict[int, int], BatchCounts] | None = None
-        background = None if writer is None else BackgroundWriter(writer)
-        attempt = 0
-        abandoned = False
-
-        def stopped() -> bool:
-            return self._stop_requested or abandoned
-
-        def carry_on() -> bool:
-            return not stopped()
-
-        # Called before each record is produced, so a stop aborts the open transaction.
-        pace: Callable[[], bool] = carry_on
-        batch_size = o.batch_size
-        if o.max_records_per_second is not None:
-            pace = RateLimiter(o.max_records_per_second, stopped=stopped).acquire
-            batch_size = min(batch_size, max(1, int(o.max_records_per_second)))
         progress = Progress(
             f"replay {o.dlq_topic}", plan.total, o.progress_interval_s, self.log.info, dry_run=o.dry_run
         )
+        committed = {p: plan.start_offsets[p] for p in plan.partitions}
+        background = None if writer is None else BackgroundWriter(writer)
+        loop = _LoopState(consumer, writer, background, plan, summary, policy, progress, committed, dict(committed))
+        loop.pace, loop.batch_size = self._pacing(loop)
+        self._rewind(loop)
+        return loop
 
-        def rewind() -> None:
-            positions.update(committed)
-            pending.clear()
-            consumer.assign(
-                [TopicPartition(o.dlq_topic, p, positions[p]) for p in plan.partitions if positions[p] < ends[p]]
+    def _pacing(self, loop: _LoopState) -> tuple[Callable[[], bool], int]:
+        """What the writer calls before each record, and the most records one batch reads.
+
+        The call lets a stop abort the open transaction. With ``max_records_per_second`` it
+        also waits for the rate limiter's next slot, and a batch holds at most a second's worth
+        of records, so a paced replay still commits about once a second.
+        """
+        o = self.options
+        if o.max_records_per_second is None:
+            return partial(self._carry_on, loop), o.batch_size
+        limiter = RateLimiter(o.max_records_per_second, stopped=partial(self._halted, loop))
+        return limiter.acquire, min(o.batch_size, max(1, int(o.max_records_per_second)))
+
+    def _halted(self, loop: _LoopState) -> bool:
+        """Whether the writer must stop producing: a stop was asked for, or the loop ended with a batch in flight."""
+        return self._stop_requested or loop.abandoned
+
+    def _carry_on(self, loop: _LoopState) -> bool:
+        """The unpaced writer's check before each record: go on unless :meth:`_halted`."""
+        return not self._halted(loop)
+
+    def _budget(self, loop: _LoopState) -> int | None:
+        """How many more records ``max_records`` lets this run select (counting those read but not yet committed)."""
+        if self.options.max_records is None:
+            return None
+        budget = self.options.max_records - loop.summary.selected - loop.pending.selected
+        return budget - (0 if loop.in_flight is None else loop.in_flight.counts.selected)
+
+    def _read_enough(self, loop: _LoopState, budget: int | None) -> bool:
+        """Whether to read no further: the planned ends were reached, a stop, ``max_records`` or idleness."""
+        return not loop.reading or loop.idle or self._stop_requested or (budget is not None and budget <= 0)
+
+    def _wind_down(self, loop: _LoopState) -> bool:
+        """With nothing more to read, collect the batch in flight; False once the loop is over.
+
+        After an abort the loop reads again from the committed offsets (its idleness forgotten);
+        with nothing in flight it ends, and the summary says why.
+        """
+        if loop.in_flight is None:
+            self._note_end(loop)
+            return False
+        written = self._collect(loop)
+        if written is _Written.STOPPED:
+            return False
+        loop.idle = loop.idle and written is _Written.COMMITTED
+        return True
+
+    def _note_end(self, loop: _LoopState) -> None:
+        """Say in the summary why the loop ended before the planned end offsets (it stays completed otherwise)."""
+        if loop.idle:
+            loop.summary.status = "idle"
+            loop.summary.notes.append(f"no record arrived for {self.idle_timeout_s:.0f} s before the planned end")
+        elif loop.reading:
+            loop.summary.status = "stopped" if self._stop_requested else "max_records"
+
+    def _decide(self, loop: _LoopState, messages: Sequence[Any], budget: int | None) -> _Batch | None:
+        """Decide each polled record (:meth:`_process`); None when the positions did not move (idleness is timed).
+
+        An empty poll may still end a partition whose last offsets are commit markers.
+        """
+        outputs, counts, positions = self._process(messages, loop.positions, loop.ends, loop.policy, budget)
+        if not messages:
+            self._past_control_records(loop.consumer, positions, loop.ends)
+        if positions == loop.positions:
+            loop.idle = time.monotonic() - loop.last_progress > self.idle_timeout_s
+            return None
+        loop.last_progress = time.monotonic()
+        return _Batch(outputs, counts, positions)
+
+    def _write(self, loop: _LoopState, batch: _Batch) -> bool:
+        """Hand a batch to the writer: produce → ``send_offsets_to_transaction`` → ``commit_transaction``.
+
+        The transaction is :meth:`TransactionalWriter.write`, run in the background; the batch
+        before it is collected first, since transactions commit in batch order. A batch that
+        writes nothing is not a transaction: its offsets ride on the next one. In a dry run the
+        batch counts at once. False when a stop came first.
+        """
+        loop.positions.update(batch.positions)
+        loop.pending.merge(batch.counts)
+        if loop.background is None:
+            self._settle(loop, loop.positions, loop.pending)
+            loop.pending.clear()
+            return True
+        if not batch.outputs:
+            summary = loop.summary
+            scanned = summary.scanned + loop.pending.scanned
+            loop.progress.update(scanned, summary.replayed, summary.parked, summary.dropped)
+            return True
+        if loop.in_flight is not None:
+            written = self._collect(loop)
+            if written is _Written.STOPPED:
+                return False
+            if written is _Written.REWOUND:
+                return True  # this batch is read again from the committed offsets
+        offsets = self._offsets(loop.positions, loop.committed)
+        loop.background.submit(batch.outputs, offsets, loop.consumer.consumer_group_metadata(), loop.pace)
+        loop.in_flight, loop.pending = _InFlight(dict(loop.positions), loop.pending), BatchCounts()
+        return True
+
+    def _collect(self, loop: _LoopState) -> _Written:
+        """Wait for the batch in flight; settle it once committed, or back off and rewind after an abort."""
+        assert loop.background is not None and loop.in_flight is not None and loop.writer is not None
+        at, counts = loop.in_flight
+        loop.in_flight = None
+        try:
+            if not loop.background.result():
+                return self._stopped(loop)
+        except BrokerUnreachable as error:
+            raise self._unreachable(error, loop.writer, loop.summary, loop.committed) from error
+        except BatchAborted as error:
+            return self._retry_aborted(loop, error)
+        loop.attempt = 0
+        self._settle(loop, at, counts)
+        return _Written.COMMITTED
+
+    def _retry_aborted(self, loop: _LoopState, error: BatchAborted) -> _Written:
+        """Rewind to the committed offsets after Connect's backoff; fail once ``max_batch_attempts`` aborts."""
+        loop.attempt += 1
+        loop.summary.aborted_batches += 1
+        if loop.attempt >= self.max_batch_attempts:
+            raise ReplayRetriesExhausted(
+                f"a batch of {self.options.dlq_topic} starting at offsets {loop.committed} was aborted "
+                f"{loop.attempt} times; the replay group stays there. Last cause: {error}"
+            ) from error
+        if not self._backoff(loop.attempt):
+            return self._stopped(loop)
+        self._rewind(loop)
+        return _Written.REWOUND
+
+    def _stopped(self, loop: _LoopState) -> _Written:
+        """A stop came first: the positions fall back to the committed offsets, so nothing more is committed."""
+        loop.positions.update(loop.committed)
+        loop.summary.status = "stopped"
+        return _Written.STOPPED
+
+    def _rewind(self, loop: _LoopState) -> None:
+        """Read again from the committed offsets, forgetting what was read past them (it is read and counted again)."""
+        loop.positions.update(loop.committed)
+        loop.pending.clear()
+        loop.consumer.assign(
+            [
+                TopicPartition(self.options.dlq_topic, p, loop.positions[p])
+                for p in loop.plan.partitions
+                if loop.positions[p] < loop.ends[p]
+            ]
+        )
+
+    def _settle(self, loop: _LoopState, at: Mapping[int, int], counts: BatchCounts) -> None:
+        """Record a committed batch (or, in a dry run, a read one): its offsets, its counts, the progress line.
+
+        Also the cyclic collector's young-generation pass every GC_INTERVAL_S, while it is paused.
+        """
+        loop.committed.update(at)
+        loop.summary.add(counts)
+        summary = loop.summary
+        loop.progress.update(summary.scanned, summary.replayed, summary.parked, summary.dropped)
+        if time.monotonic() - loop.collected > GC_INTERVAL_S:
+            gc.collect(1)
+            loop.collected = time.monotonic()
+
+    def _commit_remaining_offsets(self, loop: _LoopState, writer: TransactionalWriter) -> None:
+        """Commit the positions past the last records, which wrote nothing, in an offsets-only transaction.
+
+        An abort here loses nothing: those records are read again by the next run, and the summary says so.
+        """
+        if loop.positions == loop.committed:
+            return
+        try:
+            writer.write([], self._offsets(loop.positions, loop.committed), loop.consumer.consumer_group_metadata())
+            self._settle(loop, loop.positions, loop.pending)
+        except BrokerUnreachable as error:
+            raise self._unreachable(error, writer, loop.summary, loop.committed) from error
+        except BatchAborted as error:
+            loop.summary.notes.append(
+                f"the offsets of the last records, which wrote nothing, were not committed: {error}"
             )
 
-        collected = time.monotonic()
-
-        def settle(at: Mapping[int, int], counts: BatchCounts) -> None:
-            nonlocal collected
-            committed.update(at)
-            summary.add(counts)
-            progress.update(summary.scanned, summary.replayed, summary.parked, summary.dropped)
-            if time.monotonic() - collected > GC_INTERVAL_S:
-                gc.collect(1)
-                collected = time.monotonic()
-
-        def collect() -> _Written:
-            """Wait for the batch in flight; on an abort, back off and rewind to the committed offsets."""
-            nonlocal in_flight, attempt
-            assert background is not None and in_flight is not None and writer is not None
-            at, counts = in_flight
-            in_flight = None
-            try:
-                if not background.result():
-                    positions.update(committed)
-                    summary.status = "stopped"
-                    return _Written.STOPPED
-            except BrokerUnreachable as error:
-                raise self._unreachable(error, writer, summary, committed) from error
-            except BatchAborted as error:
-                attempt += 1
-                summary.aborted_batches += 1
-                if attempt >= self.max_batch_attempts:
-                    raise ReplayRetriesExhausted(
-                        f"a batch of {o.dlq_topic} starting at offsets {committed} was aborted {attempt} times; "
-                        f"the replay group stays there. Last cause: {error}"
-                    ) from error
-                if not self._backoff(attempt):
-                    positions.update(committed)
-                    summary.status = "stopped"
-                    return _Written.STOPPED
-                rewind()
-                return _Written.REWOUND
-            attempt = 0
-            settle(at, counts)
-            return _Written.COMMITTED
-
-        rewind()
-        idle = False
-        last_progress = time.monotonic()
-        collector_was_on = gc.isenabled()
-        # A batch keeps thousands of young objects alive until it is written; the cyclic collector,
-        # run every 700 allocations, traversed them again and again (15 % of a replay's CPU). Replay
-        # objects form no cycles (refcounting frees them), so settle runs a young-generation pass
-        # only every GC_INTERVAL_S, for cycles a fix function may leave.
-        gc.disable()
+    def _read_back_committed(self, loop: _LoopState, writer: TransactionalWriter) -> None:
+        """Report the offsets the broker really holds for the group (:meth:`_confirm_committed`)."""
+        moved = {p for p, n in loop.committed.items() if n != loop.plan.start_offsets[p]}
         try:
-            while True:
-                if in_flight is not None and background is not None and background.finished:
-                    # Settle a finished batch at once: a failure (an unreachable broker) ends the run now,
-                    # not after the reader has waited out its idle timeout.
-                    written = collect()
-                    if written is _Written.STOPPED:
-                        break
-                    if written is _Written.REWOUND:
-                        continue
-                reading = any(positions[p] < ends[p] for p in plan.partitions)
-                budget = None
-                if o.max_records is not None:
-                    budget = o.max_records - summary.selected - pending.selected
-                    budget -= 0 if in_flight is None else in_flight[1].selected
-                if not reading or idle or self._stop_requested or (budget is not None and budget <= 0):
-                    if in_flight is not None:
-                        written = collect()
-                        if written is _Written.STOPPED:
-                            break
-                        idle = idle and written is _Written.COMMITTED
-                        continue
-                    if idle:
-                        summary.status = "idle"
-                        summary.notes.append(
-                            f"no record arrived for {self.idle_timeout_s:.0f} s before the planned end"
-                        )
-                    elif reading:
-                        summary.status = "stopped" if self._stop_requested else "max_records"
-                    break
-                # Never ask for more than is left, or the last consume waits out its whole timeout.
-                left = sum(ends[p] - positions[p] for p in plan.partitions if positions[p] < ends[p])
-                messages = consumer.consume(max(1, min(batch_size, left)), 0.5)
-                outputs, counts, next_positions = self._process(messages, positions, ends, policy, budget)
-                if not messages:
-                    self._past_control_records(consumer, next_positions, ends)
-                if next_positions == positions:
-                    idle = time.monotonic() - last_progress > self.idle_timeout_s
-                    continue
-                last_progress = time.monotonic()
-                positions.update(next_positions)
-                pending.merge(counts)
-                if background is None:
-                    settle(positions, pending)
-                    pending.clear()
-                    continue
-                if not outputs:
-                    progress.update(
-                        summary.scanned + pending.scanned, summary.replayed, summary.parked, summary.dropped
-                    )
-                    continue
-                if in_flight is not None:
-                    written = collect()
-                    if written is _Written.STOPPED:
-                        break
-                    if written is _Written.REWOUND:
-                        continue
-                background.submit(
-                    outputs, self._offsets(positions, committed), consumer.consumer_group_metadata(), pace
-                )
-                in_flight, pending = (dict(positions), pending), BatchCounts()
-        finally:
-            abandoned = True
-            if background is not None:
-                background.close()
-            if collector_was_on:
-                gc.enable()
-        if writer is not None and positions != committed:
-            try:
-                writer.write([], self._offsets(positions, committed), consumer.consumer_group_metadata())
-                settle(positions, pending)
-            except BrokerUnreachable as error:
-                raise self._unreachable(error, writer, summary, committed) from error
-            except BatchAborted as error:
-                summary.notes.append(
-                    f"the offsets of the last records, which wrote nothing, were not committed: {error}"
-                )
-        if writer is not None:
-            moved = {p for p, n in committed.items() if n != plan.start_offsets[p]}
-            try:
-                summary.committed_offsets = self._confirm_committed(consumer, committed, moved, summary)
-            except KafkaException as error:
-                failed = BrokerUnreachable(
-                    f"the broker was unreachable: reading the replay group's offsets back failed "
-                    f"({describe_error(error)})"
-                )
-                raise self._unreachable(failed, writer, summary, committed) from error
-        progress.update(summary.scanned, summary.replayed, summary.parked, summary.dropped, force=True)
+            loop.summary.committed_offsets = self._confirm_committed(loop.consumer, loop.committed, moved, loop.summary)
+        except KafkaException as error:
+            failed = BrokerUnreachable(
+                f"the broker was unreachable: reading the replay group's offsets back failed ({describe_error(error)})"
+            )
+            raise self._unreachable(failed, writer, loop.summary, loop.committed) from error
 
     def _unreachable(
         self,
@@ -568,20 +758,13 @@ class DlqReplay:
                 next_positions[partition] = ends[partition]
                 continue
             try:
-                headers = message.headers() or []
+                headers, unreadable = message.headers() or [], None
             except Exception as error:  # header names that are not UTF-8: the client cannot decode them
                 headers, unreadable = [], error
-            else:
-                unreadable = None
             kind, ts = message.timestamp()
+            stamp = ts if kind and ts >= 0 else None
             letter = parse(
-                headers,
-                message.key(),
-                message.value(),
-                topic=dlq,
-                partition=partition,
-                offset=offset,
-                timestamp=ts if kind and ts >= 0 else None,
+                headers, message.key(), message.value(), topic=dlq, partition=partition, offset=offset, timestamp=stamp
             )
             if unreadable is not None:
                 problem = f"the record's headers cannot be read ({describe_error(unreadable)}); parked without them"
