@@ -157,8 +157,9 @@ class StatusWatch:
 
     A poll that fails transiently (a worker restarting, a request cut by the
     wait's deadline) does not erase what earlier polls saw: the reason then
-    reads "connector RUNNING; tasks 0=RUNNING (waiting: ...); last poll: timed out",
-    so a timeout still says which state the connector was stuck in.
+    reads "connector RUNNING; tasks 0=RUNNING (waiting: ...); last poll: timed out"
+    (or, before any status was read, the earlier error and then the last one), so a
+    timeout still says which state the connector was stuck in, or why it was unreadable.
     """
 
     def __init__(self, targets: dict[str, ConnectorTarget]) -> None:
@@ -167,7 +168,10 @@ class StatusWatch:
         self.statuses: dict[str, dict[str, Any]] = {}
         #: What each connector still awaits after the latest poll; empty once all are done.
         self.pending: dict[str, str] = dict.fromkeys(targets, "not polled yet")
-        self._last_waiting: dict[str, str] = {}
+        #: What the last status each connector showed still waited for ("" once it met the target).
+        self._last_seen: dict[str, str] = {}
+        #: The last transient error of each connector since its last status, as its poll described it.
+        self._last_error: dict[str, str] = {}
 
     def record(self, name: str, reading: dict[str, Any] | KafkaConnectError) -> str | None:
         """Judge one connector's poll; return the reason to give up (FAILED where not allowed), else None.
@@ -177,17 +181,20 @@ class StatusWatch:
         poll = check_poll(self.targets[name], reading)
         if poll.status is not None:
             self.statuses[name] = poll.status
-            self._last_waiting.pop(name, None)
-            if poll.waiting:
-                self._last_waiting[name] = poll.waiting
+            self._last_error.pop(name, None)
+            self._last_seen[name] = poll.waiting or ""
         if poll.fatal:
             return poll.fatal
         if poll.done:
             self.pending.pop(name, None)
-        elif poll.status is None and name in self._last_waiting:
-            self.pending[name] = f"{self._last_waiting[name]}; last poll: {reading}"
-        else:
-            self.pending[name] = poll.waiting or ""
+            return None
+        waiting = poll.waiting or ""
+        if poll.status is None:
+            earlier = self._last_seen.get(name) or self._last_error.get(name)
+            self._last_error[name] = waiting
+            if earlier and earlier != waiting:
+                waiting = f"{earlier}; last poll: {reading}"
+        self.pending[name] = waiting
         return None
 
     def describe_pending(self) -> str:

@@ -31,6 +31,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_kerr.connect.errors import TRANSIENT_ERRORS, ConnectorStateTimeout, KafkaConnectError
 from airflow_kerr.connect.status import ConnectorTarget, StatusWatch, describe, failed_instances, first_line
 from airflow_kerr.hooks.kafka_connect import DEFAULT_REBALANCE_RETRY_BUDGET_S, KafkaConnectHook
+from airflow_kerr.triggers.base import defer_until_deadline
 from airflow_kerr.triggers.connector_state import ConnectorStateTrigger
 
 _RESTART_HINT = "Restart it with RestartConnectorOperator(include_tasks=True, only_failed=True)."
@@ -159,10 +160,12 @@ class BaseConnectorControlOperator(BaseOperator):
             if self.deferrable:
                 if self._poll(hook, watch):
                     return self._finish(context, watch.statuses)
-                trigger, backstop = ConnectorStateTrigger.deferral(
-                    targets, self.wait_timeout, self.poll_interval, self.kafka_connect_conn_id
+                defer_until_deadline(
+                    self,
+                    ConnectorStateTrigger.for_targets(targets, self.poll_interval, self.kafka_connect_conn_id),
+                    timeout_s=self.wait_timeout,
+                    poll_interval=self.poll_interval,
                 )
-                self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop)
             return self._finish(context, self._wait(hook, watch))
 
     def _poll(self, hook: KafkaConnectHook, watch: StatusWatch) -> bool:

@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 from airflow_kerr.connect.errors import TRANSIENT_ERRORS, KafkaConnectError
 from airflow_kerr.connect.status import STATES, ConnectorTarget, StatusWatch
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
+from airflow_kerr.triggers.base import defer_until_deadline
 from airflow_kerr.triggers.connector_state import ConnectorStateTrigger
 
 
@@ -92,10 +93,9 @@ class ConnectorStateSensor(BaseSensorOperator):
                 self._hook = None
         if isinstance(first, PokeReturnValue):
             return first.xcom_value
-        trigger, backstop = ConnectorStateTrigger.deferral(
-            {self.connector: self.target}, self.timeout, self.poke_interval, self.kafka_connect_conn_id
-        )
-        self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop)
+        interval = float(self.poke_interval)
+        trigger = ConnectorStateTrigger.for_targets({self.connector: self.target}, interval, self.kafka_connect_conn_id)
+        defer_until_deadline(self, trigger, timeout_s=self.timeout, poll_interval=interval)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger: the status that met the target, or the reason it was not met."""

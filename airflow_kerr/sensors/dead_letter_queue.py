@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
@@ -18,7 +17,7 @@ from airflow_kerr.kafka.dead_letters import (
     newest_dead_letters,
     validate_since,
 )
-from airflow_kerr.triggers.base import deadline_and_backstop
+from airflow_kerr.triggers.base import defer_until_deadline
 from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueTrigger, dead_letter_result
 
 
@@ -97,23 +96,20 @@ class DeadLetterQueueSensor(BaseSensorOperator):
         first = self.poke(context)
         if isinstance(first, PokeReturnValue) and first.is_done:
             return first.xcom_value
-        deadline: float | None = None
-        backstop: timedelta | None = None
-        if self.timeout:
-            # The trigger's own deadline fails the task with the explanation in execute_complete.
-            deadline, backstop = deadline_and_backstop(float(self.timeout), float(self.poke_interval))
-        self.defer(
-            trigger=DeadLetterQueueTrigger(
+        baseline = {str(k): v for k, v in self.baseline().items()}
+        defer_until_deadline(
+            self,
+            lambda deadline: DeadLetterQueueTrigger(
                 topic=self.topic,
-                baseline={str(k): v for k, v in self.baseline().items()},
+                baseline=baseline,
                 min_records=self.min_records,
                 sample_size=self.sample_size,
                 poll_interval=float(self.poke_interval),
                 kafka_config_id=self.kafka_config_id,
                 deadline=deadline,
             ),
-            method_name="execute_complete",
-            timeout=backstop,
+            timeout_s=self.timeout,
+            poll_interval=float(self.poke_interval),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

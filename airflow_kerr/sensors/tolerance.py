@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.tolerance import SOURCES, WAIT_FOR, ToleranceWatch
-from airflow_kerr.triggers.base import deadline_and_backstop
+from airflow_kerr.triggers.base import defer_until_deadline
 from airflow_kerr.triggers.tolerance import ToleranceTrigger
 
 
@@ -136,20 +136,16 @@ class ToleranceSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        deadline: float | None = None
-        backstop: timedelta | None = None
-        if self.timeout:
-            # The trigger's own deadline fails the task with the explanation in execute_complete.
-            deadline, backstop = deadline_and_backstop(float(self.timeout), float(self.poke_interval))
-        self.defer(
-            trigger=ToleranceTrigger(
+        defer_until_deadline(
+            self,
+            lambda deadline: ToleranceTrigger(
                 watch=self.watch_settings(),
                 poll_interval=float(self.poke_interval),
                 kafka_config_id=self.kafka_config_id,
                 deadline=deadline,
             ),
-            method_name="execute_complete",
-            timeout=backstop,
+            timeout_s=self.timeout,
+            poll_interval=float(self.poke_interval),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

@@ -1,12 +1,15 @@
-"""The one way our triggers serialize: their classpath plus the plain constructor arguments named in ``fields``."""
+"""What our triggers share: serializing to a classpath plus kwargs, and one poll/deadline/sleep loop."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
-from airflow.triggers.base import BaseTrigger
+from airflow.sdk import BaseOperator
+from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
 class KwargsTrigger(BaseTrigger):
@@ -25,6 +28,63 @@ class KwargsTrigger(BaseTrigger):
         )
 
 
+class PollingTrigger(KwargsTrigger):
+    """Poll every ``poll_interval`` seconds until a poll has an answer, a poll fails, or ``deadline`` passes.
+
+    The loop is written once here: a subclass says how to read (:meth:`poll`),
+    where it stands (:meth:`progress`), and the events for an error and a
+    timeout. It fires exactly one event: the poll's, ``error_event`` when a poll
+    raises (confluent-kafka raises ``KafkaException`` with no stable subclass, so
+    any exception ends the wait with its message rather than killing the trigger
+    without one), or ``timeout_event`` once the deadline (Unix time, so a trigger
+    moved to another triggerer keeps it) has passed.
+    """
+
+    poll_interval: float
+    deadline: float | None
+
+    async def open(self) -> None:
+        """Make the clients the polls use (in a thread if they block); runs once before the first poll."""
+
+    async def close(self) -> None:
+        """Release what :meth:`open` made; runs however the wait ends."""
+
+    async def poll(self) -> dict[str, Any] | None:
+        """Read once: the event's payload when the wait is over, else None."""
+        raise NotImplementedError
+
+    def progress(self) -> str:
+        """Where the wait stands (what it still waits for), for the log line between polls."""
+        raise NotImplementedError
+
+    def error_event(self, error: Exception) -> dict[str, Any]:
+        return {"status": "error", "message": str(error)}
+
+    def timeout_event(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await self.open()
+        try:
+            while True:
+                try:
+                    answer = await self.poll()
+                except Exception as exc:
+                    yield TriggerEvent(self.error_event(exc))
+                    return
+                if answer is not None:
+                    yield TriggerEvent(answer)
+                    return
+                remaining = None if self.deadline is None else self.deadline - time.time()
+                if remaining is not None and remaining <= 0:
+                    yield TriggerEvent(self.timeout_event())
+                    return
+                self.log.info("%s", self.progress())
+                await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
+        finally:
+            await self.close()
+
+
 def deadline_and_backstop(timeout_s: float, poll_interval: float) -> tuple[float, timedelta]:
     """A trigger's own deadline (Unix time) and the later ``defer(timeout=...)`` that only backs it up.
 
@@ -34,3 +94,22 @@ def deadline_and_backstop(timeout_s: float, poll_interval: float) -> tuple[float
     another triggerer keeps the original timeout.
     """
     return time.time() + timeout_s, timedelta(seconds=timeout_s + max(60.0, 2 * poll_interval))
+
+
+def defer_until_deadline(
+    task: BaseOperator,
+    trigger: Callable[[float | None], BaseTrigger],
+    *,
+    timeout_s: float | None,
+    poll_interval: float,
+) -> NoReturn:
+    """Defer ``task`` to ``trigger(deadline)``, resuming in its ``execute_complete``; the one deferral of our tasks.
+
+    With a timeout the trigger gets its own deadline and Airflow's ``defer(timeout=...)``
+    only backs it up (see :func:`deadline_and_backstop`); without one it waits on.
+    """
+    deadline: float | None = None
+    backstop: timedelta | None = None
+    if timeout_s:
+        deadline, backstop = deadline_and_backstop(float(timeout_s), float(poll_interval))
+    task.defer(trigger=trigger(deadline), method_name="execute_complete", timeout=backstop)

@@ -7,19 +7,15 @@ worker thread, so the event loop never blocks on confluent-kafka.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator
 from typing import Any
-
-from airflow.triggers.base import TriggerEvent
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.dead_letters import dlq_growth, newest_dead_letters
 from airflow_kerr.kafka.offsets import offset_consumer
-from airflow_kerr.triggers.base import KwargsTrigger
+from airflow_kerr.triggers.base import PollingTrigger
 
 
-class DeadLetterQueueTrigger(KwargsTrigger):
+class DeadLetterQueueTrigger(PollingTrigger):
     """Fire ``tripped`` once ``topic`` holds ``min_records`` more than ``baseline`` (partition -> offset).
 
     With ``deadline`` (Unix time) it fires ``timeout`` with the count reached once the deadline passes.
@@ -46,29 +42,32 @@ class DeadLetterQueueTrigger(KwargsTrigger):
         self.kafka_config_id = kafka_config_id
         self.deadline = deadline
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        config = await asyncio.to_thread(KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config)
+    async def open(self) -> None:
+        hook = KafkaClusterHook(kafka_config_id=self.kafka_config_id)
+        self._config = await asyncio.to_thread(hook.client_config)
+        self._consumer = await asyncio.to_thread(offset_consumer, self._config)
+        self._count = 0
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._consumer.close)
+
+    async def poll(self) -> dict[str, Any] | None:
         baseline = {int(k): v for k, v in self.baseline.items()}
-        consumer = await asyncio.to_thread(offset_consumer, config)
-        try:
-            while True:
-                try:
-                    growth = await asyncio.to_thread(dlq_growth, config, self.topic, baseline, consumer)
-                except Exception as exc:  # confluent-kafka raises KafkaException with no stable subclass
-                    yield TriggerEvent({"status": "error", "message": f"reading {self.topic!r} failed: {exc}"})
-                    return
-                if growth.count >= self.min_records:
-                    sample = await asyncio.to_thread(newest_dead_letters, config, self.topic, growth, self.sample_size)
-                    yield TriggerEvent({"status": "tripped", "result": dead_letter_result(self.topic, growth, sample)})
-                    return
-                remaining = None if self.deadline is None else self.deadline - time.time()
-                if remaining is not None and remaining <= 0:
-                    yield TriggerEvent({"status": "timeout", "count": growth.count})
-                    return
-                self.log.info("%s gained %d of %d records", self.topic, growth.count, self.min_records)
-                await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
-        finally:
-            await asyncio.to_thread(consumer.close)
+        growth = await asyncio.to_thread(dlq_growth, self._config, self.topic, baseline, self._consumer)
+        self._count = growth.count
+        if growth.count < self.min_records:
+            return None
+        sample = await asyncio.to_thread(newest_dead_letters, self._config, self.topic, growth, self.sample_size)
+        return {"status": "tripped", "result": dead_letter_result(self.topic, growth, sample)}
+
+    def progress(self) -> str:
+        return f"{self.topic} gained {self._count} of {self.min_records} records"
+
+    def error_event(self, error: Exception) -> dict[str, Any]:
+        return {"status": "error", "message": f"reading {self.topic!r} failed: {error}"}
+
+    def timeout_event(self) -> dict[str, Any]:
+        return {"status": "timeout", "count": self._count}
 
 
 def dead_letter_result(topic: str, growth: Any, sample: list[dict[str, Any]]) -> dict[str, Any]:

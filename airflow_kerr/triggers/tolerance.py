@@ -8,18 +8,14 @@ DLQ mode keeps its samples in the trigger while it runs.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import TriggerEvent
-
 from airflow_kerr.hooks.kafka import KafkaClusterHook
-from airflow_kerr.kafka.tolerance import ToleranceWatch
-from airflow_kerr.triggers.base import KwargsTrigger
+from airflow_kerr.kafka.tolerance import ToleranceReading, ToleranceWatch
+from airflow_kerr.triggers.base import PollingTrigger
 
 
-class ToleranceTrigger(KwargsTrigger):
+class ToleranceTrigger(PollingTrigger):
     """Poll a :class:`ToleranceWatch` built from ``watch`` (its plain settings) until its condition holds.
 
     With ``deadline`` (Unix time) it fires ``timeout`` with the last reading once the deadline passes.
@@ -40,21 +36,22 @@ class ToleranceTrigger(KwargsTrigger):
         self.kafka_config_id = kafka_config_id
         self.deadline = deadline
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
+    async def open(self) -> None:
         config = await asyncio.to_thread(KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config)
-        watch = ToleranceWatch(kafka_config=config, **self.watch)
-        while True:
-            try:
-                holds, reading = await asyncio.to_thread(watch.check)
-            except Exception as exc:  # confluent-kafka raises KafkaException with no stable subclass
-                yield TriggerEvent({"status": "error", "message": f"reading tolerance failed: {exc}"})
-                return
-            if holds and reading is not None:
-                yield TriggerEvent({"status": watch.wait_for, "reading": reading.as_dict()})
-                return
-            remaining = None if self.deadline is None else self.deadline - time.time()
-            if remaining is not None and remaining <= 0:
-                yield TriggerEvent({"status": "timeout", "reading": reading.as_dict() if reading else None})
-                return
-            self.log.info("waiting for %s: %s", watch.wait_for, watch.describe(reading))
-            await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
+        self._watch = ToleranceWatch(kafka_config=config, **self.watch)
+        self._reading: ToleranceReading | None = None
+
+    async def poll(self) -> dict[str, Any] | None:
+        holds, self._reading = await asyncio.to_thread(self._watch.check)
+        if holds and self._reading is not None:
+            return {"status": self._watch.wait_for, "reading": self._reading.as_dict()}
+        return None
+
+    def progress(self) -> str:
+        return f"waiting for {self._watch.wait_for}: {self._watch.describe(self._reading)}"
+
+    def error_event(self, error: Exception) -> dict[str, Any]:
+        return {"status": "error", "message": f"reading tolerance failed: {error}"}
+
+    def timeout_event(self) -> dict[str, Any]:
+        return {"status": "timeout", "reading": self._reading.as_dict() if self._reading else None}

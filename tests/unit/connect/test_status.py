@@ -92,6 +92,14 @@ def test_a_watch_keeps_the_last_seen_state_through_a_failed_poll() -> None:
         f"connector RUNNING; tasks 0=RUNNING (waiting: connector is RUNNING, task 0 is RUNNING); last poll: {cut}"
     ), "a timeout still says which state the connector was stuck in"
     assert watch.statuses["a"] == status("RUNNING", "RUNNING")
+    refused = ConnectUnreachable("GET", "http://w/connectors/b/status", "could not connect: refused")
+    watch.record("b", refused)
+    watch.record("b", refused)
+    assert watch.pending["b"] == f"status unavailable: {refused}", "the same error is not repeated"
+    watch.record("b", cut)
+    assert watch.pending["b"] == f"status unavailable: {refused}; last poll: {cut}", (
+        "a last poll cut by the deadline does not hide why the worker was unreadable before"
+    )
     watch.record("a", status("PAUSED", "PAUSED"))
     watch.record("b", status("PAUSED", "PAUSED"))
     assert watch.pending == {} and set(watch.statuses) == {"a", "b"}
