@@ -9,54 +9,43 @@ graceful stop (the open transaction is aborted, nothing is half-committed).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import BaseOperator, Context, Param
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.operators.templating import is_templated
 from airflow_kerr.replay.engine import DlqReplay
+from airflow_kerr.replay.form import CONNECTION, REPLAY_FORM, REPLAY_SETTINGS
 from airflow_kerr.replay.options import DEFAULT_BATCH_SIZE, InvalidReplayOptions, ReplayOptions
 from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS
 from airflow_kerr.replay.summary import ReplaySummary
 from airflow_kerr.replay.transactions import DEFAULT_TRANSACTION_TIMEOUT_S
 
-#: Attributes that are replay settings: :meth:`ReplayOptions.build`'s names, except ``dry_run``, kept as
+#: The operator's attribute for each replay setting: the setting's own name, except ``dry_run``, kept as
 #: ``dry_run_only`` because ``BaseOperator.dry_run`` is a method.
-OPTION_FIELDS: tuple[str, ...] = (
-    "dlq_topic",
-    "replay_group",
-    "source_topics",
-    "stages",
-    "exception_class_regex",
-    "start_time",
-    "end_time",
-    "start_offset",
-    "end_offset",
-    "header_match",
-    "fix",
-    "target_topic",
-    "target_allowlist",
-    "max_replays",
-    "parking_topic",
-    "max_records_per_second",
-    "max_records",
-    "dry_run_only",
-    "batch_size",
-    "progress_interval_s",
-    "transaction_timeout_s",
-)
-_TEMPLATE_MARK = re.compile(r"{{|{%")
+ATTRIBUTES: dict[str, str] = {name: "dry_run_only" if name == "dry_run" else name for name in REPLAY_SETTINGS}
 
 
-def _templated(value: Any) -> bool:
-    if isinstance(value, str):
-        return bool(_TEMPLATE_MARK.search(value))
-    if isinstance(value, Mapping):
-        return any(_templated(v) for v in value.values())
-    return isinstance(value, (list, tuple)) and any(_templated(v) for v in value)
+def replay_form_params() -> dict[str, Param]:
+    """The trigger form of a replay DAG: the Kafka connection, then one Param per replay setting."""
+    return {
+        form_field.name: Param(
+            form_field.default,
+            title=form_field.title,
+            description=form_field.description,
+            section=form_field.section,
+            **form_field.schema,
+        )
+        for form_field in (CONNECTION, *REPLAY_FORM)
+    }
+
+
+def arguments_from_the_form() -> dict[str, str]:
+    """The operator's arguments, each rendered from the form field of the same name (``{{ params.<name> }}``)."""
+    return {form_field.name: f"{{{{ params.{form_field.name} }}}}" for form_field in (CONNECTION, *REPLAY_FORM)}
 
 
 class DeadLetterQueueReplayOperator(BaseOperator):
@@ -94,7 +83,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         aborted and the task fails saying what was committed, instead of retrying for minutes.
     """
 
-    template_fields: Sequence[str] = (*OPTION_FIELDS, "kafka_config_id")
+    template_fields: Sequence[str] = (*ATTRIBUTES.values(), "kafka_config_id")
     template_fields_renderers = {"header_match": "json"}
     ui_color = "#f6e7db"
 
@@ -149,14 +138,12 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         self.progress_interval_s = progress_interval_s
         self.transaction_timeout_s = transaction_timeout_s
         self._engine: DlqReplay | None = None
-        if not any(_templated(getattr(self, name)) for name in OPTION_FIELDS):
+        if not any(is_templated(getattr(self, attribute)) for attribute in ATTRIBUTES.values()):
             self.options()
 
     def options(self) -> ReplayOptions:
         """The validated settings; raises :class:`InvalidReplayOptions` naming every bad key and value."""
-        values = {name: getattr(self, name) for name in OPTION_FIELDS}
-        values["dry_run"] = values.pop("dry_run_only")
-        return ReplayOptions.build(**values)
+        return ReplayOptions.build(**{name: getattr(self, attribute) for name, attribute in ATTRIBUTES.items()})
 
     def lineage_run_id(self, context: Context) -> str:
         """``dag/run/task/try``: written to ``__kerr.replay.run`` so a replayed record names the run that wrote it."""

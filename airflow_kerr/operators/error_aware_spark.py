@@ -18,27 +18,16 @@ import airflow_kerr
 from airflow_kerr.errors.config import show_value
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.metrics_topic import run_summary
+from airflow_kerr.operators.templating import is_templated
 from airflow_kerr.spark import job
 from airflow_kerr.spark.spec import InvalidPipelineSpec, PipelineSpec
 
-_TEMPLATE_MARK = re.compile(r"{{|{%")
 CLUSTER_MODE_MESSAGE = (
     "ErrorAwareSparkSubmitOperator runs in client deploy mode only, but {where}: the pipeline spec (which may hold "
     "credentials) is handed to the driver as a file readable only on the machine that submits the job, which a "
     "driver started in the cluster cannot read (and Spark standalone has no cluster mode for Python applications). "
     "Remove deploy-mode 'cluster'; the executors still run on the cluster."
 )
-
-
-def _templated(value: Any) -> bool:
-    """True when a value still holds Jinja that only renders at run time."""
-    if isinstance(value, str):
-        return bool(_TEMPLATE_MARK.search(value))
-    if isinstance(value, Mapping):
-        return any(_templated(k) or _templated(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_templated(v) for v in value)
-    return False
 
 
 def _overlay(base: object, top: object) -> object:
@@ -107,7 +96,7 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         self.ship_package = ship_package
         if self._deploy_mode == "cluster":
             raise ValueError(CLUSTER_MODE_MESSAGE.format(where="deploy_mode='cluster'"))
-        if not _templated(self.pipeline) and not _templated(self.errors):
+        if not is_templated(self.pipeline) and not is_templated(self.errors):
             self.spec(kafka_config={})
 
     def spec(self, kafka_config: Mapping[str, Any]) -> PipelineSpec:

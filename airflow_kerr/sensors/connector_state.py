@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 from airflow_kerr.connect.errors import TRANSIENT_ERRORS, KafkaConnectError
 from airflow_kerr.connect.status import STATES, ConnectorTarget, StatusWatch
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
-from airflow_kerr.triggers.base import defer_until_deadline
+from airflow_kerr.triggers.base import defer_sensor
 from airflow_kerr.triggers.connector_state import ConnectorStateTrigger
 
 
@@ -93,9 +93,8 @@ class ConnectorStateSensor(BaseSensorOperator):
                 self._hook = None
         if isinstance(first, PokeReturnValue):
             return first.xcom_value
-        interval = float(self.poke_interval)
-        trigger = ConnectorStateTrigger.for_targets({self.connector: self.target}, interval, self.kafka_connect_conn_id)
-        defer_until_deadline(self, trigger, timeout_s=self.timeout, poll_interval=interval)
+        targets = {self.connector: self.target.to_dict()}
+        defer_sensor(self, ConnectorStateTrigger, targets=targets, kafka_connect_conn_id=self.kafka_connect_conn_id)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger: the status that met the target, or the reason it was not met."""

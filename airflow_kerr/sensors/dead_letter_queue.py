@@ -17,7 +17,7 @@ from airflow_kerr.kafka.dead_letters import (
     newest_dead_letters,
     validate_since,
 )
-from airflow_kerr.triggers.base import defer_until_deadline
+from airflow_kerr.triggers.base import defer_sensor
 from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueTrigger, dead_letter_result
 
 
@@ -97,19 +97,14 @@ class DeadLetterQueueSensor(BaseSensorOperator):
         if isinstance(first, PokeReturnValue) and first.is_done:
             return first.xcom_value
         baseline = {str(k): v for k, v in self.baseline().items()}
-        defer_until_deadline(
+        defer_sensor(
             self,
-            lambda deadline: DeadLetterQueueTrigger(
-                topic=self.topic,
-                baseline=baseline,
-                min_records=self.min_records,
-                sample_size=self.sample_size,
-                poll_interval=float(self.poke_interval),
-                kafka_config_id=self.kafka_config_id,
-                deadline=deadline,
-            ),
-            timeout_s=self.timeout,
-            poll_interval=float(self.poke_interval),
+            DeadLetterQueueTrigger,
+            topic=self.topic,
+            baseline=baseline,
+            min_records=self.min_records,
+            sample_size=self.sample_size,
+            kafka_config_id=self.kafka_config_id,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.tolerance import SOURCES, WAIT_FOR, ToleranceWatch
-from airflow_kerr.triggers.base import defer_until_deadline
+from airflow_kerr.triggers.base import defer_sensor
 from airflow_kerr.triggers.tolerance import ToleranceTrigger
 
 
@@ -136,17 +136,7 @@ class ToleranceSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        defer_until_deadline(
-            self,
-            lambda deadline: ToleranceTrigger(
-                watch=self.watch_settings(),
-                poll_interval=float(self.poke_interval),
-                kafka_config_id=self.kafka_config_id,
-                deadline=deadline,
-            ),
-            timeout_s=self.timeout,
-            poll_interval=float(self.poke_interval),
-        )
+        defer_sensor(self, ToleranceTrigger, watch=self.watch_settings(), kafka_config_id=self.kafka_config_id)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == self.wait_for:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any, ClassVar, NoReturn
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, BaseSensorOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
@@ -113,3 +113,14 @@ def defer_until_deadline(
     if timeout_s:
         deadline, backstop = deadline_and_backstop(float(timeout_s), float(poll_interval))
     task.defer(trigger=trigger(deadline), method_name="execute_complete", timeout=backstop)
+
+
+def defer_sensor(sensor: BaseSensorOperator, trigger_class: Callable[..., BaseTrigger], **arguments: Any) -> NoReturn:
+    """Defer ``sensor`` to ``trigger_class(**arguments)`` polling at its ``poke_interval`` until its ``timeout``."""
+    interval = float(sensor.poke_interval)
+    defer_until_deadline(
+        sensor,
+        lambda deadline: trigger_class(**arguments, poll_interval=interval, deadline=deadline),
+        timeout_s=sensor.timeout,
+        poll_interval=interval,
+    )

@@ -1,0 +1,212 @@
+"""The replay's settings as its trigger form shows them: the one list the DAG and the operator derive from.
+
+Each :class:`FormField` is one setting of :meth:`ReplayOptions.build`, under the
+same name, with the form's default (safe: a dry run, a rate limit), its JSON
+schema and the words shown beside it. The DAG's Params, its templated operator
+arguments and the operator's ``template_fields`` are all built from
+:data:`REPLAY_FORM`, and a unit test holds its names to ``ReplayOptions.build``'s,
+so a new setting is written here once. Nothing here imports Airflow: the operator
+turns these into ``Param`` objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_kerr.errors import Stage
+
+SOURCE = "Source"
+SELECTION = "Selection"
+FIX = "Fix"
+SAFETY = "Safety"
+PACING = "Pacing"
+STAGES = list(Stage.__members__)
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One replay setting in the trigger form: its default there, its JSON schema, title, help text and section."""
+
+    name: str
+    default: Any
+    schema: dict[str, Any]
+    title: str
+    description: str
+    section: str
+
+
+def _text(name: str, title: str, description: str, section: str, **schema: Any) -> FormField:
+    """An optional text setting: empty means unset."""
+    return FormField(name, None, {"type": ["null", "string"], **schema}, title, description, section)
+
+
+#: The Kafka connection is a setting of the task, not of the replay: first in the form, not in ReplayOptions.
+CONNECTION = FormField(
+    "kafka_config_id",
+    "kafka_default",
+    {"type": "string"},
+    "Kafka connection",
+    "A `kafka` connection; its extra JSON is the librdkafka configuration.",
+    SOURCE,
+)
+
+REPLAY_FORM: tuple[FormField, ...] = (
+    FormField(
+        "dlq_topic",
+        "orders.dlq",
+        {"type": "string", "minLength": 1},
+        "DLQ topic",
+        "The dead letter queue to replay (Kafka Connect, KIP-1191 or Kafka Streams headers).",
+        SOURCE,
+    ),
+    _text(
+        "replay_group",
+        "Replay consumer group",
+        "Default kerr-replay.<DLQ topic>. The run starts at this group's committed offsets and commits "
+        "past every record it reads, selected or not; use a new group to read the DLQ from the start.",
+        SOURCE,
+    ),
+    FormField(
+        "source_topics",
+        [],
+        {"type": "array", "items": {"type": "string"}},
+        "Source topics",
+        "Only records that failed on these topics (one per line). Empty: any topic.",
+        SELECTION,
+    ),
+    FormField(
+        "stages",
+        [],
+        {"type": "array", "items": {"type": "string", "enum": STAGES}, "examples": STAGES},
+        "Failed stages",
+        "Only records that failed in these stages. Empty: any stage.",
+        SELECTION,
+    ),
+    _text(
+        "exception_class_regex",
+        "Exception class (regex)",
+        "Only records whose exception class matches this regular expression (searched), e.g. InvalidOrder or ^json\\..",
+        SELECTION,
+    ),
+    _text(
+        "start_time",
+        "From time",
+        "Only records whose timestamp (the failed record's own, kept by the DLQ) is at or after this.",
+        SELECTION,
+        format="date-time",
+    ),
+    _text("end_time", "Until time", "Only records whose timestamp is before this.", SELECTION, format="date-time"),
+    FormField(
+        "start_offset",
+        None,
+        {"type": ["null", "integer"], "minimum": 0},
+        "From DLQ offset",
+        "Read each DLQ partition from this offset (inclusive).",
+        SELECTION,
+    ),
+    FormField(
+        "end_offset",
+        None,
+        {"type": ["null", "integer"], "minimum": 0},
+        "Until DLQ offset",
+        "Read each DLQ partition up to this offset (exclusive); later records wait for another run.",
+        SELECTION,
+    ),
+    FormField(
+        "header_match",
+        {},
+        {"type": "object"},
+        "Header match",
+        'Only records carrying all these headers with these values, e.g. {"kind": "invalid"}.',
+        SELECTION,
+    ),
+    _text(
+        "fix",
+        "Fix function",
+        "Dotted path of fn(ReplayRecord) -> ReplayRecord or None. None drops the record; an exception parks it "
+        "with the exception as the reason. Empty: replay the records unchanged.",
+        FIX,
+        examples=["airflow_kerr.examples.orders.repair_order"],
+    ),
+    FormField(
+        "dry_run",
+        True,
+        {"type": "boolean"},
+        "Dry run",
+        "Write and commit nothing; report what would be replayed. Untick to replay.",
+        SAFETY,
+    ),
+    _text(
+        "target_topic",
+        "Target topic override",
+        "Write every record here instead of the source topic named in its DLQ headers.",
+        SAFETY,
+    ),
+    _text(
+        "target_allowlist",
+        "Allowed targets (regex)",
+        "Park any record whose target topic does not fully match this regular expression. Internal topics "
+        "(starting with __) and the DLQ itself are never written to, whatever this says.",
+        SAFETY,
+    ),
+    FormField(
+        "max_replays",
+        3,
+        {"type": "integer", "minimum": 1, "maximum": 100},
+        "Max replays per record",
+        "A record that came back to the DLQ after this many replays is parked instead of looping.",
+        SAFETY,
+    ),
+    _text(
+        "parking_topic",
+        "Parking topic",
+        "Where records that must not go back are written, with a reason header. Default <DLQ topic>.parked "
+        "(created with the DLQ's partition count if missing).",
+        SAFETY,
+    ),
+    FormField(
+        "transaction_timeout_s",
+        60,
+        {"type": "integer", "minimum": 1, "maximum": 900},
+        "Transaction timeout (seconds)",
+        "The longest one transaction may take, retries included. If the broker does not answer within it, the "
+        "open transaction is aborted and the run fails saying what was committed; the next run continues from there.",
+        SAFETY,
+    ),
+    FormField(
+        "max_records_per_second",
+        500,
+        {"type": ["null", "number"], "exclusiveMinimum": 0},
+        "Max records per second",
+        "Write rate limit. Empty: as fast as the cluster takes them.",
+        PACING,
+    ),
+    FormField(
+        "max_records",
+        None,
+        {"type": ["null", "integer"], "minimum": 1},
+        "Max records",
+        "Stop after this many selected records; the next run continues from there. Empty: no limit.",
+        PACING,
+    ),
+    FormField(
+        "batch_size",
+        1000,
+        {"type": "integer", "enum": [50, 100, 500, 1000, 5000]},
+        "Records per transaction",
+        "Larger batches commit less often; with a rate limit a batch holds at most one second's worth.",
+        PACING,
+    ),
+    FormField(
+        "progress_interval_s",
+        5,
+        {"type": "integer", "enum": [2, 5, 10, 30, 60]},
+        "Progress every (seconds)",
+        "How often the task log shows done / total / rate / ETA.",
+        PACING,
+    ),
+)
+
+#: The replay settings' names, in the form's order: ``ReplayOptions.build``'s keyword arguments.
+REPLAY_SETTINGS: tuple[str, ...] = tuple(form_field.name for form_field in REPLAY_FORM)
