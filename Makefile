@@ -1,4 +1,4 @@
-# The two commands a newcomer needs: `make demo` and `make test`.
+# The two commands a newcomer needs: `make demo` and `make test` (`make unit` for the fast part).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # The browser test drives Debian's chromium, never a browser Playwright downloads.
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test lint check-java check-chromium connect-runtime install clean ui
+.PHONY: demo test unit lint check-java check-chromium connect-runtime install clean ui
 
 $(PY):
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required, found " + sys.version.split()[0])'
@@ -45,6 +45,12 @@ lint: install
 
 test: install check-java connect-runtime check-chromium lint
 	KERR_CHROMIUM=$(CHROMIUM) $(PY) -m pytest $(PYTEST_ARGS)
+
+# tests/unit without a broker, Spark, Kafka Connect or a browser. Two of its tests start a local Spark
+# (marked spark) and one a Kafka Connect JVM that never answers: those are left to `make test`.
+UNIT_ARGS ?= -m 'not spark' --deselect tests/unit/local/test_local_helpers.py::test_a_failed_connect_start_reaps_the_worker_at_once
+unit: install
+	$(PY) -m pytest tests/unit $(UNIT_ARGS) $(PYTEST_ARGS)
 
 demo: install check-java connect-runtime
 	$(PY) -m airflow_kerr.local.demo

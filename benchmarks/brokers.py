@@ -109,7 +109,7 @@ def transactional_behaviours(config: dict[str, Any], topic: str) -> dict[str, bo
     committing.commit_transaction(10)
     reader = Consumer({**config, "group.id": f"bench-{uuid.uuid4().hex[:8]}", "isolation.level": "read_committed"})
     reader.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
+    values: list[bytes | None] = []
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and len(values) < 3:
         values += [m.value() for m in reader.consume(100, timeout=0.5) if m.error() is None]
@@ -180,7 +180,7 @@ def measure(kind: str, records: int, with_connect: bool) -> dict[str, Any]:
     broker.start()
     row: dict[str, Any] = {"broker": kind, "start_s": time.perf_counter() - started}
     try:
-        config = {"bootstrap.servers": broker.bootstrap_servers, "log_level": 0}
+        config: dict[str, Any] = {"bootstrap.servers": broker.bootstrap_servers, "log_level": 0}
         admin = AdminClient(config)
         for name in ("load", "txn"):
             admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)

@@ -85,7 +85,7 @@ def latency_trials(bootstrap: str, connect: Any, dags: Path, intervals: list[flo
 
     from airflow_kerr.local.connect_worker import connector_config
 
-    config = {"bootstrap.servers": bootstrap}
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap}
     admin = AdminClient(config)
     rows = []
     for interval in intervals:

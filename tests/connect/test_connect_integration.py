@@ -34,7 +34,7 @@ def test_paused_connector_stops_consuming_and_catches_up_after_resume(
     sink: Callable[..., tuple[str, str]],
     produce: Callable[..., None],
     kafka_bootstrap: str,
-    context: dict[str, Any],
+    context: Any,
     wait_until: Callable[..., Any],
 ) -> None:
     name, topic = sink()

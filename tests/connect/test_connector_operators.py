@@ -35,7 +35,10 @@ from airflow_kerr.triggers.connector_state import ConnectorStateTrigger
 # A stall shows up as a failure with every thread's stack, not as a slow run.
 pytestmark = pytest.mark.timeout(90)
 
-FAST = {"poll_interval": 0.1, "wait_timeout": 20}
+FAST: dict[str, Any] = {"poll_interval": 0.1, "wait_timeout": 20}
+
+# The ``context`` fixture (conftest) is a dict whose ti records XCom pushes: it stands in for
+# Airflow's Context, so the tests type it Any.
 
 Sink = Callable[..., tuple[str, str]]
 
@@ -54,7 +57,7 @@ def run_trigger(trigger: BaseTrigger) -> TriggerEvent:
     return asyncio.run(first())
 
 
-def run_deferred(operator: Any, context: dict[str, Any], must_defer: bool = True) -> Any:
+def run_deferred(operator: Any, context: Any, must_defer: bool = True) -> Any:
     """execute -> TaskDeferred -> trigger -> execute_complete, as Airflow does for a deferrable task.
 
     A deferrable task checks once before deferring; ``must_defer=False`` accepts a task that found
@@ -77,7 +80,7 @@ def states(status: dict[str, Any]) -> tuple[str, list[str]]:
 # pause -------------------------------------------------------------------------------------------
 
 
-def test_pause_waits_and_returns_the_paused_status(connect_conn: str, sink: Sink, context: dict[str, Any]) -> None:
+def test_pause_waits_and_returns_the_paused_status(connect_conn: str, sink: Sink, context: Any) -> None:
     name, _ = sink(tasks=2, partitions=2)
     status = PauseConnectorOperator(task_id="pause", connector=name, **FAST).execute(context)
     assert states(status) == ("PAUSED", ["PAUSED", "PAUSED"])
@@ -90,7 +93,7 @@ def test_pause_reports_failed_tasks_without_waiting_for_them(
     connect_conn: str,
     connect: Any,
     sink: Sink,
-    context: dict[str, Any],
+    context: Any,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     name, _ = sink(tasks=2, partitions=2)
@@ -104,7 +107,7 @@ def test_pause_reports_failed_tasks_without_waiting_for_them(
     assert f"{name} task 1 is FAILED" in logged and "Tolerance exceeded in error handler" in logged
 
 
-def test_pause_deferrable(connect_conn: str, connect: Any, sink: Sink, context: dict[str, Any]) -> None:
+def test_pause_deferrable(connect_conn: str, connect: Any, sink: Sink, context: Any) -> None:
     name, _ = sink()
     connect.proxy.inject_status_lag(0.5)  # real Connect is quick: without a lag the first check may already see it
     operator = PauseConnectorOperator(task_id="pause", connector=name, deferrable=True, **FAST)
@@ -115,7 +118,7 @@ def test_a_deferrable_pause_of_a_paused_connector_does_not_defer(
     connect_conn: str,
     connect: Any,
     sink: Sink,
-    context: dict[str, Any],
+    context: Any,
     wait_until: Callable[..., Any],
 ) -> None:
     name, _ = sink()
@@ -126,7 +129,7 @@ def test_a_deferrable_pause_of_a_paused_connector_does_not_defer(
 
 
 def test_pause_of_several_connectors_by_list_and_by_regex(
-    connect_conn: str, connect: Any, sink: Sink, context: dict[str, Any]
+    connect_conn: str, connect: Any, sink: Sink, context: Any
 ) -> None:
     first, _ = sink()
     second, _ = sink()
@@ -145,7 +148,7 @@ def test_pause_of_several_connectors_by_list_and_by_regex(
 
 
 def test_pause_times_out_with_what_it_waited_for(
-    slow_connect: Any, sink: Sink, monkeypatch: pytest.MonkeyPatch, context: dict[str, Any]
+    slow_connect: Any, sink: Sink, monkeypatch: pytest.MonkeyPatch, context: Any
 ) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_KC_SLOW", f"kafka-connect://127.0.0.1:{slow_connect.port}")
     name, _ = sink()
@@ -171,9 +174,7 @@ def test_pause_times_out_with_what_it_waited_for(
         run_deferred(deferrable, context)
 
 
-def test_no_wait_returns_the_status_at_once(
-    connect_conn: str, slow_connect: Any, sink: Sink, context: dict[str, Any]
-) -> None:
+def test_no_wait_returns_the_status_at_once(connect_conn: str, slow_connect: Any, sink: Sink, context: Any) -> None:
     name, _ = sink()
     started = time.monotonic()
     status = PauseConnectorOperator(task_id="pause", connector=name, wait_for_completion=False).execute(context)
@@ -181,7 +182,7 @@ def test_no_wait_returns_the_status_at_once(
     assert states(status) == ("RUNNING", ["RUNNING"]), "the pause shows only later"
 
 
-def test_unknown_connector_fails(connect_conn: str, context: dict[str, Any]) -> None:
+def test_unknown_connector_fails(connect_conn: str, context: Any) -> None:
     with pytest.raises(ConnectorNotFound, match="Unknown connector ghost"):
         PauseConnectorOperator(task_id="pause", connector="ghost", **FAST).execute(context)
 
@@ -194,7 +195,7 @@ def test_unknown_connector_fails(connect_conn: str, context: dict[str, Any]) -> 
     [(PauseConnectorOperator, "paused"), (ResumeConnectorOperator, "running"), (StopConnectorOperator, "stopped")],
 )
 def test_strimzi_managed_connectors_are_left_to_the_kafkaconnector_resource(
-    connect_conn: str, connect: Any, operator_class: type, state: str, context: dict[str, Any]
+    connect_conn: str, connect: Any, operator_class: type, state: str, context: Any
 ) -> None:
     operator = operator_class(task_id="op", connector="orders-sink", strimzi_managed=True)
     with pytest.raises(AirflowFailException, match=rf"managed by Strimzi.*spec.state to '{state}'"):
@@ -205,7 +206,7 @@ def test_strimzi_managed_connectors_are_left_to_the_kafkaconnector_resource(
 # resume and stop ---------------------------------------------------------------------------------
 
 
-def test_stop_then_resume(connect_conn: str, sink: Sink, context: dict[str, Any]) -> None:
+def test_stop_then_resume(connect_conn: str, sink: Sink, context: Any) -> None:
     name, _ = sink(tasks=2, partitions=2)
     stopped = StopConnectorOperator(task_id="stop", connector=name, **FAST).execute(context)
     assert states(stopped) == ("STOPPED", [])
@@ -213,7 +214,7 @@ def test_stop_then_resume(connect_conn: str, sink: Sink, context: dict[str, Any]
     assert states(resumed) == ("RUNNING", ["RUNNING", "RUNNING"])
 
 
-def test_stop_deferrable(connect_conn: str, connect: Any, sink: Sink, context: dict[str, Any]) -> None:
+def test_stop_deferrable(connect_conn: str, connect: Any, sink: Sink, context: Any) -> None:
     name, _ = sink()
     connect.proxy.inject_status_lag(0.5)
     operator = StopConnectorOperator(task_id="stop", connector=name, deferrable=True, **FAST)
@@ -221,7 +222,7 @@ def test_stop_deferrable(connect_conn: str, connect: Any, sink: Sink, context: d
 
 
 def test_resume_reports_failed_tasks_and_fails_fast_on_a_failed_connector(
-    connect_conn: str, connect: Any, sink: Sink, context: dict[str, Any]
+    connect_conn: str, connect: Any, sink: Sink, context: Any
 ) -> None:
     name, _ = sink(tasks=2, partitions=2)
     connect.fail_task(name, 0)
@@ -247,7 +248,7 @@ def test_restart_of_a_poisoned_task_catches_up(
     connect: Any,
     sink: Sink,
     produce: Callable[..., None],
-    context: dict[str, Any],
+    context: Any,
     wait_until: Callable[..., Any],
 ) -> None:
     """A malformed record fails the task for real; after the fix (tolerance all) a restart catches up."""
@@ -269,7 +270,7 @@ def test_restart_of_a_poisoned_task_catches_up(
 
 
 def test_restart_connector_only_and_of_a_paused_connector(
-    connect_conn: str, connect: Any, sink: Sink, context: dict[str, Any]
+    connect_conn: str, connect: Any, sink: Sink, context: Any
 ) -> None:
     name, _ = sink()
     connect.fail_connector(name)
@@ -280,7 +281,7 @@ def test_restart_connector_only_and_of_a_paused_connector(
     assert states(status) == ("PAUSED", ["PAUSED"]), "a restart keeps the paused target state"
 
 
-def test_restart_task(connect_conn: str, connect: Any, sink: Sink, context: dict[str, Any]) -> None:
+def test_restart_task(connect_conn: str, connect: Any, sink: Sink, context: Any) -> None:
     name, _ = sink(tasks=2, partitions=2)
     connect.fail_task(name, 1)
     connect.set_tolerance(name, "all")  # the fix, so the restarted task reads past the malformed record
@@ -343,9 +344,7 @@ def test_operator_arguments_are_checked_when_the_dag_is_parsed() -> None:
 # the sensor --------------------------------------------------------------------------------------
 
 
-def test_sensor_pokes_until_the_state_shows(
-    connect_conn: str, connect: Any, sink: Sink, context: dict[str, Any]
-) -> None:
+def test_sensor_pokes_until_the_state_shows(connect_conn: str, connect: Any, sink: Sink, context: Any) -> None:
     name, _ = sink()
     sensor = ConnectorStateSensor(task_id="s", connector=name, target_state="paused", poke_interval=0.1, timeout=20)
     assert sensor.poke(context) is False
@@ -354,9 +353,7 @@ def test_sensor_pokes_until_the_state_shows(
     assert states(status) == ("PAUSED", ["PAUSED"])
 
 
-def test_sensor_deferrable_and_connector_only(
-    connect_conn: str, connect: Any, sink: Sink, context: dict[str, Any]
-) -> None:
+def test_sensor_deferrable_and_connector_only(connect_conn: str, connect: Any, sink: Sink, context: Any) -> None:
     name, _ = sink()
     connect.fail_task(name, 0)
     running = ConnectorStateSensor(task_id="s", connector=name, include_tasks=False, deferrable=True)
@@ -368,7 +365,7 @@ def test_sensor_deferrable_and_connector_only(
     assert states(run_deferred(stopped, context, must_defer=False)) == ("STOPPED", [])
 
 
-def test_sensor_times_out(connect_conn: str, sink: Sink, context: dict[str, Any]) -> None:
+def test_sensor_times_out(connect_conn: str, sink: Sink, context: Any) -> None:
     name, _ = sink()
     poke = ConnectorStateSensor(task_id="s", connector=name, target_state="PAUSED", poke_interval=0.1, timeout=0.4)
     with pytest.raises(AirflowSensorTimeout):
@@ -381,7 +378,7 @@ def test_sensor_times_out(connect_conn: str, sink: Sink, context: dict[str, Any]
 
 
 def test_sensor_waits_through_an_unreachable_worker_like_the_operator_and_trigger(
-    monkeypatch: pytest.MonkeyPatch, context: dict[str, Any]
+    monkeypatch: pytest.MonkeyPatch, context: Any
 ) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_KC_GONE", "kafka-connect://127.0.0.1:9")
     sensor = ConnectorStateSensor(
@@ -397,7 +394,7 @@ def test_sensor_waits_through_an_unreachable_worker_like_the_operator_and_trigge
 
 @pytest.mark.parametrize("deferrable", [False, True])
 def test_endless_rebalance_409s_end_the_task_within_wait_timeout(
-    connect_conn: str, connect: Any, sink: Sink, context: dict[str, Any], deferrable: bool
+    connect_conn: str, connect: Any, sink: Sink, context: Any, deferrable: bool
 ) -> None:
     """The hook retries a 409 for up to a minute; a stop asked to wait 2 s must not take that minute.
 
@@ -415,7 +412,7 @@ def test_endless_rebalance_409s_end_the_task_within_wait_timeout(
 
 
 def test_a_slow_worker_ends_the_wait_within_wait_timeout(
-    monkeypatch: pytest.MonkeyPatch, connect: Any, sink: Sink, context: dict[str, Any]
+    monkeypatch: pytest.MonkeyPatch, connect: Any, sink: Sink, context: Any
 ) -> None:
     """Status polls that hang for 30 s (a worker busy reading its topics, injected by the fault proxy)
     are cut at the wait's deadline: the worker-side wait and the trigger both end on time."""

@@ -162,6 +162,7 @@ def test_example_dag_runs_and_pushes_the_run_metrics(
 
     (dag_run,) = DagRun.find(dag_id="error_aware_pipeline")
     ti = dag_run.get_task_instance("orders_pipeline")
+    assert ti is not None
     metrics = ti.xcom_pull(task_ids="orders_pipeline")
     generated = ti.xcom_pull(task_ids="generate")
     assert metrics["pipeline"] == "orders_pipeline" and metrics["scope"] == "run"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -38,5 +38,5 @@ def test_smoke_dag_counts_seeded_records(
     message = consumer.poll(30)
     consumer.close()
     assert message is not None and message.error() is None
-    assert json.loads(message.value()) == {"topic": topic, "count": 1000}
+    assert json.loads(cast(bytes, message.value())) == {"topic": topic, "count": 1000}
     assert os.environ["PYSPARK_PYTHON"]

@@ -133,7 +133,9 @@ def test_the_job_runs_on_a_standalone_cluster_whose_executors_lack_the_provider(
     from airflow.models import DagRun
 
     (dag_run,) = DagRun.find(dag_id=dag_id)
-    metrics = dag_run.get_task_instance("orders_pipeline").xcom_pull(task_ids="orders_pipeline")
+    ti = dag_run.get_task_instance("orders_pipeline")
+    assert ti is not None
+    metrics = ti.xcom_pull(task_ids="orders_pipeline")
     assert metrics["records_in"] == generated.total and metrics["total-records-skipped"] == bad
 
     assert starts.exists() and starts.read_text().strip(), "the executors never started the provider-less Python"

@@ -138,7 +138,7 @@ def test_errors_that_are_not_a_mapping_are_one_problem(errors: Any) -> None:
 
 def test_non_string_keys_are_reported_beside_the_other_problems() -> None:
     with pytest.raises(InvalidErrorsConfig) as raised:
-        ErrorHandlingConfig.from_properties({1: "all", None: "x", "errors.tolerance": "ALL"})
+        ErrorHandlingConfig.from_properties({1: "all", None: "x", "errors.tolerance": "ALL"})  # type: ignore[dict-item]
 
     assert raised.value.keys == ("1", "None", "errors.tolerance")
     assert "expected a string key such as 'errors.tolerance'" in str(raised.value)

@@ -101,7 +101,7 @@ def test_record_key_settings_and_locations_are_not_credentials(key: str) -> None
 
 
 def test_masking_reaches_nested_mappings_and_lists_of_them() -> None:
-    config = {
+    config: dict[str, Any] = {
         "producer": {"sasl.password": SECRET, "acks": "all", "inner": {"ssl.key.pem": SECRET}},
         "clients": [{"sasl.oauthbearer.config": SECRET, "client.id": "a"}, "plain"],
     }

@@ -60,7 +60,7 @@ def connect_attempts(timeout_ms: int, attempt_ms: float, fail_times: int) -> int
             return attempt
         if not now < deadline:
             return attempt
-        delay = min(RETRIES_DELAY_MIN_MS << min(attempt - 1, 62), NO_RANDOM_DELAY)
+        delay: float = min(RETRIES_DELAY_MIN_MS << min(attempt - 1, 62), NO_RANDOM_DELAY)
         if delay + now > deadline:
             delay = max(0.0, deadline - now)
         now += delay
@@ -179,7 +179,10 @@ def test_close_closes_every_reporter_and_raises_one_error_naming_all_that_failed
     first, second = Closeable(OSError("disk gone")), Closeable(RuntimeError("producer stuck"))
     healthy = Closeable()
     retry = RetryWithTolerance(
-        ErrorHandlingConfig(), ErrorMetrics(), [first, healthy, second, object()], task=TaskId("p", 0)
+        ErrorHandlingConfig(),
+        ErrorMetrics(),
+        [first, healthy, second, object()],  # type: ignore[list-item]  # object() has no close()
+        task=TaskId("p", 0),
     )
 
     with pytest.raises(ConnectError) as raised:

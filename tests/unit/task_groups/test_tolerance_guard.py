@@ -8,6 +8,7 @@ import pendulum
 import pytest
 from airflow.sdk import DAG
 
+from airflow_kerr.sensors.tolerance import ToleranceSensor
 from airflow_kerr.task_groups.tolerance_guard import tolerance_guard
 
 DLQ_GUARD: dict[str, Any] = {
@@ -29,7 +30,9 @@ def test_group_id_names_the_task_group_and_consumer_group_the_kafka_group() -> N
 
     assert group.group_id == "orders_guard"
     for task_id in ("orders_guard.wait_for_breach", "orders_guard.wait_for_recovery"):
-        assert dag.get_task(task_id).group_id == "connect-orders-sink"
+        sensor = dag.get_task(task_id)
+        assert isinstance(sensor, ToleranceSensor)
+        assert sensor.group_id == "connect-orders-sink"
 
 
 def test_a_dlq_guard_without_consumer_group_says_which_argument_is_missing() -> None:
@@ -40,4 +43,4 @@ def test_a_dlq_guard_without_consumer_group_says_which_argument_is_missing() -> 
 
 def test_an_unknown_keyword_is_refused_by_name() -> None:
     with a_dag("guard_unknown"), pytest.raises(TypeError, match="unexpected keyword argument 'consumer_group_id'"):
-        tolerance_guard(consumer_group_id="connect-orders-sink", **DLQ_GUARD)
+        tolerance_guard(consumer_group_id="connect-orders-sink", **DLQ_GUARD)  # type: ignore[call-arg]

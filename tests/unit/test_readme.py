@@ -1,0 +1,32 @@
+"""The DAG file the README opens with loads as Airflow loads a DAG file, so what a user copies works."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def first_python_block(text: str) -> str:
+    match = re.search(r"^```python\n(.*?)^```$", text, re.MULTILINE | re.DOTALL)
+    assert match is not None, "README.md has no ```python block"
+    return match.group(1)
+
+
+def test_the_readme_opens_with_its_dag_file() -> None:
+    text = README.read_text()
+    first_fence = text.index("```")
+    assert text.startswith("```python\n", first_fence), "the README's first code block should be the DAG file"
+
+
+def test_the_readme_dag_file_loads_in_a_dagbag(tmp_path: Path) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag_file = tmp_path / "readme_dag.py"
+    dag_file.write_text(first_python_block(README.read_text()))
+
+    bag = DagBag(dag_folder=str(dag_file))
+
+    assert bag.import_errors == {}
+    assert bag.dag_ids, "the README's DAG file defines no DAG"
