@@ -48,7 +48,7 @@ test: install check-java connect-runtime check-chromium lint
 
 # tests/unit without a broker, Spark, Kafka Connect or a browser. Two of its tests start a local Spark
 # (marked spark) and one a Kafka Connect JVM that never answers: those are left to `make test`.
-UNIT_ARGS ?= -m 'not spark' --deselect tests/unit/local/test_local_helpers.py::test_a_failed_connect_start_reaps_the_worker_at_once
+UNIT_ARGS ?= -m 'not spark and not connect'
 unit: install
 	$(PY) -m pytest tests/unit $(UNIT_ARGS) $(PYTEST_ARGS)
 

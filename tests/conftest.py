@@ -18,6 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# Generated-input tests check what any input gives, not how fast: on a 2-core machine with Spark and
+# Kafka Connect running beside them, Hypothesis's 200 ms per-example deadline only adds failures.
+settings.register_profile("kerr", deadline=None)
+settings.load_profile("kerr")
 
 REPO = Path(__file__).resolve().parent.parent
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="kerr-airflow-home-"))

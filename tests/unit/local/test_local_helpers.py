@@ -107,6 +107,7 @@ def test_stop_process_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None
     assert process.returncode == -signal.SIGKILL
 
 
+@pytest.mark.connect
 def test_a_failed_connect_start_reaps_the_worker_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The JVM runs but never answers in time: the start fails with the log's tail and reaps the JVM."""
     started: list[subprocess.Popen[bytes]] = []
