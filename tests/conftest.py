@@ -119,12 +119,16 @@ def create_topic(kafka_config: dict[str, Any]) -> Callable[..., str]:
     return create
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def connect_worker(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One real Kafka Connect worker (distributed mode) on the session broker, shared by every test.
+    """A real Kafka Connect worker (distributed mode) on the session broker, shared by one module's tests.
 
-    Tests give their connectors unique names and delete them afterwards. A missing
-    Java or Connect runtime fails the test with what to install (never a skip).
+    One per module, not per session: noida-db answers a fetch at once instead of waiting
+    ``fetch.max.wait.ms`` for data, so an idle worker's consumers poll it about 10,000
+    times a second and keep a core busy; a worker that outlived the Connect tests slowed
+    every Spark test after them. Tests give their connectors unique names and delete them
+    afterwards. A missing Java or Connect runtime fails the test with what to install
+    (never a skip).
     """
     from airflow_kerr.local.connect_runtime import ConnectRuntimeUnavailable
     from airflow_kerr.local.connect_worker import ConnectWorker

@@ -1,6 +1,6 @@
 """Fixtures for Kafka Connect control: real Kafka Connect on the session broker, behind a fault proxy.
 
-Every test talks to the session's real Connect worker (``connect_worker``, Kafka
+Every test talks to the module's real Connect worker (``connect_worker``, Kafka
 3.9.0) through :class:`FaultProxy`, a small HTTP proxy on loopback that forwards
 each request unchanged and records it. What real Connect does not produce on
 demand is injected by the proxy around it, never by a second implementation:
@@ -246,7 +246,7 @@ class FaultProxy:
 
 @dataclass
 class RealConnect:
-    """The session's real Connect worker seen through a per-test fault proxy, with what tests do to it.
+    """The module's real Connect worker seen through a per-test fault proxy, with what tests do to it.
 
     ``url``/``host``/``port`` are the proxy's (what the code under test talks to);
     the helpers below talk to the worker directly, so they are not recorded.

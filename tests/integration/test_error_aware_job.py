@@ -176,44 +176,6 @@ def test_rate_limit_trips(spark: Any, kafka_config: dict[str, Any], orders: tupl
     assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001]
 
 
-def test_a_run_killed_before_the_commit_loses_nothing(
-    kafka_config: dict[str, Any], orders: tuple[str, GeneratedOrders], tmp_path: Path, java_home: str
-) -> None:
-    """spark-submit exits between the flushed outputs and the offset commit; the next run re-reads everything."""
-    topic, generated = orders
-    spec_file = tmp_path / "spec.json"
-    spec_file.write_text(make_spec(kafka_config, topic, errors_tolerance="all").to_json())
-    submit = [
-        str(Path(sys.executable).parent / "spark-submit"),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        job.__file__,
-        "--spec-file",
-        str(spec_file),
-    ]
-
-    killed = subprocess.run(
-        submit, env={**os.environ, EXIT_BEFORE_COMMIT_ENV: "1"}, capture_output=True, text=True, timeout=300
-    )
-    assert killed.returncode == 3, killed.stderr[-3000:]
-    assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001]
-    assert len(read_all(kafka_config, f"{topic}.clean")) == generated.good
-
-    rerun = subprocess.run(submit, env=os.environ.copy(), capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-
-    clean_ids = [json.loads(m.value())["id"] for m in read_all(kafka_config, f"{topic}.clean")]
-    assert len(set(clean_ids)) == generated.good
-    assert len(clean_ids) == 2 * generated.good
-    result = json.loads(next(line for line in rerun.stdout.splitlines() if line.startswith(job.RESULT_PREFIX))[11:])
-    assert result["planned"] == generated.total
-    assert committed(kafka_config, f"{topic}-group", topic, 2) == [
-        end_offsets(kafka_config, [(topic, p)])[(topic, p)] for p in range(2)
-    ]
-
-
 def test_a_driver_sigkilled_between_sink_output_and_commit_loses_no_input(
     kafka_config: dict[str, Any],
     orders: tuple[str, GeneratedOrders],
@@ -223,7 +185,9 @@ def test_a_driver_sigkilled_between_sink_output_and_commit_loses_no_input(
 ) -> None:
     """Kill trial: the real driver process is SIGKILLed after the sink and DLQ outputs are flushed and before the
     offset commit (no cleanup runs); the next run re-reads everything. Every input (partition, offset) reaches
-    the sink or the DLQ; the duplicates at-least-once allows are counted and reported (property ``duplicates``)."""
+    the sink or the DLQ; the duplicates at-least-once allows are counted and reported (property ``duplicates``).
+    (A driver that exits by itself at that point, ``KERR_EXIT_BEFORE_COMMIT=1``, leaves the same state; the kill
+    is the harder case, so it is the one run here.)"""
     topic, generated = orders
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(make_spec(kafka_config, topic, errors_tolerance="all").to_json())
@@ -235,8 +199,11 @@ def test_a_driver_sigkilled_between_sink_output_and_commit_loses_no_input(
     )
     assert killed.returncode != 0, "the driver was killed, the submission cannot have succeeded"
     assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001], "killed before the commit"
+    assert len(read_all(kafka_config, f"{topic}.clean")) == generated.good, "the killed run flushed its outputs"
     rerun = subprocess.run(submit, env=os.environ.copy(), capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
+    result = json.loads(next(line for line in rerun.stdout.splitlines() if line.startswith(job.RESULT_PREFIX))[11:])
+    assert result["planned"] == generated.total, "the rerun read everything again"
 
     inputs = {(m.partition(), m.offset()): m.value() for m in read_all(kafka_config, topic)}
     sink_ids = [json.loads(m.value())["id"] for m in read_all(kafka_config, f"{topic}.clean")]
