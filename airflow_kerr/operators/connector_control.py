@@ -160,9 +160,12 @@ class BaseConnectorControlOperator(BaseOperator):
             if self.deferrable:
                 if self._poll(hook, watch):
                     return self._finish(context, watch.statuses)
+                plain = {name: target.to_dict() for name, target in targets.items()}
                 defer_until_deadline(
                     self,
-                    ConnectorStateTrigger.for_targets(targets, self.poll_interval, self.kafka_connect_conn_id),
+                    lambda deadline: ConnectorStateTrigger(
+                        plain, deadline, self.poll_interval, self.kafka_connect_conn_id
+                    ),
                     timeout_s=self.wait_timeout,
                     poll_interval=self.poll_interval,
                 )

@@ -11,7 +11,6 @@ moved to another triggerer keeps the original timeout.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from airflow_kerr.connect.errors import TRANSIENT_ERRORS, KafkaConnectError
@@ -43,14 +42,6 @@ class ConnectorStateTrigger(PollingTrigger):
         self.deadline = deadline
         self.poll_interval = poll_interval
         self.kafka_connect_conn_id = kafka_connect_conn_id
-
-    @classmethod
-    def for_targets(
-        cls, targets: dict[str, ConnectorTarget], poll_interval: float, kafka_connect_conn_id: str
-    ) -> Callable[[float | None], ConnectorStateTrigger]:
-        """The trigger for ``targets``, given the deadline :func:`defer_until_deadline` sets."""
-        plain = {name: target.to_dict() for name, target in targets.items()}
-        return lambda deadline: cls(plain, deadline, poll_interval, kafka_connect_conn_id)
 
     async def open(self) -> None:
         self._watch = StatusWatch({name: ConnectorTarget.from_dict(data) for name, data in self.targets.items()})

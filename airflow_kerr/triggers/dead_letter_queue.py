@@ -46,14 +46,14 @@ class DeadLetterQueueTrigger(PollingTrigger):
         hook = KafkaClusterHook(kafka_config_id=self.kafka_config_id)
         self._config = await asyncio.to_thread(hook.client_config)
         self._consumer = await asyncio.to_thread(offset_consumer, self._config)
+        self._baseline = {int(k): v for k, v in self.baseline.items()}
         self._count = 0
 
     async def close(self) -> None:
         await asyncio.to_thread(self._consumer.close)
 
     async def poll(self) -> dict[str, Any] | None:
-        baseline = {int(k): v for k, v in self.baseline.items()}
-        growth = await asyncio.to_thread(dlq_growth, self._config, self.topic, baseline, self._consumer)
+        growth = await asyncio.to_thread(dlq_growth, self._config, self.topic, self._baseline, self._consumer)
         self._count = growth.count
         if growth.count < self.min_records:
             return None
