@@ -124,7 +124,7 @@ def connect_worker(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactor
     """A real Kafka Connect worker (distributed mode) on the session broker, shared by one module's tests.
 
     One per module, not per session: noida-db answers a fetch at once instead of waiting
-    ``fetch.max.wait.ms`` for data, so an idle worker's consumers poll it about 10,000
+    ``fetch.max.wait.ms`` for data, so an idle worker's consumers poll it about 12,000
     times a second and keep a core busy; a worker that outlived the Connect tests slowed
     every Spark test after them. Tests give their connectors unique names and delete them
     afterwards. A missing Java or Connect runtime fails the test with what to install

@@ -31,7 +31,7 @@ from airflow_kerr.local.connect_runtime import ConnectRuntimeUnavailable, ensure
 
 #: The embedded worker's niceness. noida-db, the default embedded broker, answers a fetch at once
 #: instead of waiting ``fetch.max.wait.ms`` for data, so an idle worker's consumers poll it about
-#: 10,000 times a second (measured: 59,000 fetches in 6 s from one idle consumer); at this niceness
+#: 12,000 times a second (``benchmarks/idle_fetch.py``: 11.8k fetches/s from one idle consumer); at this niceness
 #: that polling only takes CPU that Spark, Airflow and the tests do not want.
 WORKER_NICENESS = 10
 
