@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -381,29 +382,47 @@ def test_a_stop_mid_replay_aborts_the_open_transaction_and_a_rerun_completes(
 
 
 KILLED_REPLAY = """
-import json, sys
+import json, sys, time
+from airflow_kerr.replay import transactions
 from airflow_kerr.replay.engine import DlqReplay
 from airflow_kerr.replay.options import ReplayOptions
 config, dlq = json.loads(sys.argv[1]), sys.argv[2]
-options = ReplayOptions.build(dlq_topic=dlq, max_records_per_second=100, batch_size=40)
+commit = transactions.TransactionalWriter._commit
+commits = []
+
+def commit_twice_then_hold(writer):
+    if len(commits) == 2:
+        writer.producer.flush(30)
+        print("transaction open", flush=True)
+        time.sleep(600)
+    commits.append(1)
+    commit(writer)
+
+transactions.TransactionalWriter._commit = commit_twice_then_hold
+options = ReplayOptions.build(dlq_topic=dlq, batch_size=40)
 DlqReplay(config, options, run_id="killed", transactional_id_prefix="kerr-replay.test").run()
 """
 
 
 def killed_then_rerun(kafka_config: dict[str, Any], topics: Topics, count: int) -> tuple[Any, list[Any]]:
-    """Replay in a child process, SIGKILL it mid-transaction, replay again with the same transactional.id."""
+    """Replay in a child process, SIGKILL it mid-transaction, replay again with the same transactional.id.
+
+    The child commits two batches and holds the third transaction open (its records and
+    offsets sent to the broker, the commit not yet asked for) until it is killed: the kill
+    then lands inside an open transaction on any machine load, where a timed kill may fall
+    between two transactions.
+    """
     write_dlq(kafka_config, topics.dlq, topics.source, count)
     child = subprocess.Popen(
         [sys.executable, "-c", KILLED_REPLAY, json.dumps(kafka_config), topics.dlq],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while sum(ends(kafka_config, topics.source, 2).values()) < 100:
-            assert child.poll() is None, "the replay ended before it was killed"
-            assert time.monotonic() < deadline, "the child replay wrote nothing"
-            time.sleep(0.1)
-        time.sleep(0.2)
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], 60)
+        assert ready and child.stdout.readline().strip() == "transaction open", "the child replay never held a batch"
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(10)
