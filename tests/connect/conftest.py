@@ -340,7 +340,8 @@ class RealConnect:
         try:
             _wait_until(reads_its_partition, timeout_s=60)
         except pytest.fail.Exception:
-            pytest.fail(f"task {task_id} never read partition {task_id}: group assignment {seen}, status {self.status(name)}")
+            status = self.status(name)
+            pytest.fail(f"task {task_id} never read partition {task_id}: group assignment {seen}, status {status}")
         producer = Producer(self.producer_config)
         producer.produce(self.topic_of(name), value=MALFORMED_VALUE, partition=task_id)
         producer.flush(10)
