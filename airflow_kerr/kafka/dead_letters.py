@@ -8,6 +8,7 @@ are read, for a sample of what went wrong.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -133,3 +134,25 @@ def newest_dead_letters(
         consumer.close()
     found.sort(key=lambda item: (item["timestamp"] or 0, item["dlq_offset"]), reverse=True)
     return found[:sample_size]
+
+
+def growth_summary(
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    growth: DeadLetterGrowth,
+    sample_size: int = 5,
+    count_limit: int = 1000,
+) -> dict[str, Any]:
+    """A few of the newest new dead letters, and counts by exception class over at most ``count_limit`` of them.
+
+    The counts read headers of the newest ``count_limit`` records only, so a burst of
+    millions costs one bounded read; ``counts_cover`` says how many records they cover
+    out of ``growth.count``.
+    """
+    letters = newest_dead_letters(kafka_config, topic, growth, sample_size=max(sample_size, count_limit))
+    by_class = Counter(letter["exception_class"] or "unknown" for letter in letters)
+    return {
+        "sample": letters[:sample_size],
+        "counts_by_class": dict(by_class.most_common()),
+        "counts_cover": len(letters),
+    }

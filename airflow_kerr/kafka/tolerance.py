@@ -10,6 +10,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from airflow_kerr.errors.metrics import TOTAL_RECORD_ERRORS
@@ -19,6 +20,57 @@ from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_par
 
 WAIT_FOR = ("breach", "recovery")
 SOURCES = ("metrics", "dlq")
+
+
+def watch_problems(
+    *,
+    wait_for: str,
+    source: str,
+    max_error_rate: float | None,
+    max_errors: int | None,
+    min_records: int,
+    window: timedelta | float,
+    pipeline: str | None,
+    dlq_topic: str | None,
+    source_topics: Sequence[str] | None,
+    group_id: str | None,
+) -> list[str]:
+    """What is wrong with a tolerance watch's settings, one line per problem naming the key and the value."""
+    window_s = window.total_seconds() if isinstance(window, timedelta) else float(window)
+    problems = []
+    if wait_for not in WAIT_FOR:
+        problems.append(f"wait_for={wait_for!r}: expected one of {', '.join(WAIT_FOR)}")
+    if source not in SOURCES:
+        problems.append(f"source={source!r}: expected one of {', '.join(SOURCES)}")
+    if max_error_rate is None and max_errors is None:
+        problems.append("max_error_rate=None and max_errors=None: set at least one limit")
+    if max_error_rate is not None and not 0 <= max_error_rate <= 1:
+        problems.append(f"max_error_rate={max_error_rate!r}: expected a fraction between 0 and 1")
+    if max_errors is not None and max_errors < 0:
+        problems.append(f"max_errors={max_errors!r}: expected an integer >= 0")
+    if min_records < 0:
+        problems.append(f"min_records={min_records!r}: expected an integer >= 0")
+    if window_s <= 0:
+        problems.append(f"window={window!r}: expected a positive duration")
+    if source == "metrics" and not pipeline:
+        problems.append("pipeline: required with source='metrics' (the pipeline name in the metrics records)")
+    if source == "dlq" and not (dlq_topic and source_topics and group_id):
+        problems.append("dlq_topic, source_topics and group_id: all required with source='dlq'")
+    return problems
+
+
+def reading_with_limits(reading: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A reading plus the limits it was judged against (``settings``: a watch's plain settings), for alerts."""
+    return {
+        **reading,
+        "pipeline": settings.get("pipeline"),
+        "wait_for": settings.get("wait_for"),
+        "max_error_rate": settings.get("max_error_rate"),
+        "max_errors": settings.get("max_errors"),
+        "min_records": settings.get("min_records"),
+        "window_s": settings["window_ms"] / 1000,
+        "dlq_topic": settings.get("dlq_topic"),
+    }
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
-from airflow_kerr.kafka.tolerance import SOURCES, WAIT_FOR, ToleranceWatch
+from airflow_kerr.kafka.tolerance import ToleranceWatch, reading_with_limits, watch_problems
 from airflow_kerr.triggers.base import defer_sensor
 from airflow_kerr.triggers.tolerance import ToleranceTrigger
 
@@ -54,25 +54,18 @@ class ToleranceSensor(BaseSensorOperator):
     ) -> None:
         super().__init__(**kwargs)
         window_s = window.total_seconds() if isinstance(window, timedelta) else float(window)
-        problems = []
-        if wait_for not in WAIT_FOR:
-            problems.append(f"wait_for={wait_for!r}: expected one of {', '.join(WAIT_FOR)}")
-        if source not in SOURCES:
-            problems.append(f"source={source!r}: expected one of {', '.join(SOURCES)}")
-        if max_error_rate is None and max_errors is None:
-            problems.append("max_error_rate=None and max_errors=None: set at least one limit")
-        if max_error_rate is not None and not 0 <= max_error_rate <= 1:
-            problems.append(f"max_error_rate={max_error_rate!r}: expected a fraction between 0 and 1")
-        if max_errors is not None and max_errors < 0:
-            problems.append(f"max_errors={max_errors!r}: expected an integer >= 0")
-        if min_records < 0:
-            problems.append(f"min_records={min_records!r}: expected an integer >= 0")
-        if window_s <= 0:
-            problems.append(f"window={window!r}: expected a positive duration")
-        if source == "metrics" and not pipeline:
-            problems.append("pipeline: required with source='metrics' (the pipeline name in the metrics records)")
-        if source == "dlq" and not (dlq_topic and source_topics and group_id):
-            problems.append("dlq_topic, source_topics and group_id: all required with source='dlq'")
+        problems = watch_problems(
+            wait_for=wait_for,
+            source=source,
+            max_error_rate=max_error_rate,
+            max_errors=max_errors,
+            min_records=min_records,
+            window=window,
+            pipeline=pipeline,
+            dlq_topic=dlq_topic,
+            source_topics=source_topics,
+            group_id=group_id,
+        )
         if problems:
             raise ValueError("invalid ToleranceSensor arguments:\n  - " + "\n  - ".join(problems))
         self.kafka_config_id = kafka_config_id
@@ -122,16 +115,7 @@ class ToleranceSensor(BaseSensorOperator):
 
     def result(self, reading: dict[str, Any]) -> dict[str, Any]:
         """The reading plus the limits it was judged against, for notifiers and branches downstream."""
-        return {
-            **reading,
-            "pipeline": self.pipeline,
-            "wait_for": self.wait_for,
-            "max_error_rate": self.max_error_rate,
-            "max_errors": self.max_errors,
-            "min_records": self.min_records,
-            "window_s": self.window_ms / 1000,
-            "dlq_topic": self.dlq_topic,
-        }
+        return reading_with_limits(reading, self.watch_settings())
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:

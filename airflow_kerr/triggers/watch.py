@@ -1,0 +1,127 @@
+"""What our event triggers (for ``AssetWatcher``) share: one poll loop per watch, saved once Airflow stored the event.
+
+An event trigger runs for as long as the asset is watched, across triggerer restarts. Its
+delivery promise is **at least once**: an event may be announced again after a restart,
+but never silently lost. That needs to know when Airflow has stored an event, which only
+the triggerer's shared-stream *ack mode* says (Airflow 3.3,
+``airflow.triggers.shared_stream``): the triggerer runs one :class:`CursorStream` per
+watch, fans its events out to every trigger with the same :meth:`WatchTrigger.shared_stream_key`,
+and calls :meth:`CursorStream.advance` once each event's asset event is in the metadata
+database. Only then is the watch's position saved (a :class:`WatchCursor`, i.e. a Kafka
+consumer group commit). A restart before that reads the old position and announces the
+same change again, with the same offsets or window, so a DAG can tell a repeat. An event
+Airflow failed to store is announced again in the same session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Hashable, Sequence
+from typing import Any, ClassVar
+
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
+
+from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
+from airflow_kerr.triggers.base import KwargsTrigger
+
+
+class CursorStream(SharedStreamProducer):
+    """Poll every ``poll_interval`` seconds from the saved position; save a position once Airflow stored its event.
+
+    A subclass says where the cursor lives (:meth:`cursor`), where a watch with no saved
+    position starts (:meth:`first_position`), and what one look shows (:meth:`observe`:
+    the events since ``self.position`` and the position after each).
+    """
+
+    def __init__(self, *, kafka_config_id: str, poll_interval: float) -> None:
+        self.kafka_config_id = kafka_config_id
+        self.poll_interval = poll_interval
+        self.kafka_config: dict[str, Any] = {}
+        self.position = WatchPosition()
+        self.saved = WatchPosition()
+        self._cursor: WatchCursor | None = None
+
+    def cursor(self) -> WatchCursor:
+        raise NotImplementedError
+
+    def first_position(self) -> WatchPosition:
+        raise NotImplementedError
+
+    def observe(self) -> list[tuple[dict[str, Any], WatchPosition]]:
+        raise NotImplementedError
+
+    def open(self) -> None:
+        """Read the connection and the saved position; a first start saves where it starts, so nothing is missed."""
+        self.kafka_config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
+        self._cursor = self.cursor()
+        saved = self._cursor.load()
+        if saved is None:
+            saved = self.first_position()
+            self._cursor.save(saved)
+        self.position = self.saved = saved
+
+    async def open_stream(self) -> AsyncIterator[tuple[Any, Any]]:
+        await asyncio.to_thread(self.open)
+        while True:
+            for event, position in await asyncio.to_thread(self.observe):
+                self.position = position
+                yield event, position
+            await asyncio.sleep(self.poll_interval)
+
+    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        """Save the position after the last event Airflow stored; at the first one it did not, look again from there."""
+        stored: WatchPosition | None = None
+        for item in batch:
+            if item.outcome.failed or not item.outcome.acked:
+                self.position = stored or self.saved
+                break
+            stored = item.broker_payload
+        if stored is not None and self._cursor is not None:
+            await asyncio.to_thread(self._cursor.save, stored)
+            self.saved = stored
+
+    async def aclose(self) -> None:
+        if self._cursor is not None:
+            await asyncio.to_thread(self._cursor.close)
+
+
+class WatchTrigger(KwargsTrigger, BaseEventTrigger):
+    """An event trigger served by a :class:`CursorStream` shared by every trigger with the same watch settings.
+
+    ``stream_fields`` are the fields that define the watch (they make the shared-stream key
+    and build the stream); other fields only filter what this trigger fires on.
+    """
+
+    stream_fields: ClassVar[tuple[str, ...]] = ()
+
+    def shared_stream_key(self) -> Hashable:
+        classpath, kwargs = self.serialize()
+        return classpath, json.dumps({name: kwargs[name] for name in self.stream_fields}, sort_keys=True)
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SharedStreamProducer:
+        return cls.stream({name: kwargs[name] for name in cls.stream_fields})
+
+    @classmethod
+    def stream(cls, settings: dict[str, Any]) -> CursorStream:
+        raise NotImplementedError
+
+    def fires_on(self, event: dict[str, Any]) -> bool:
+        """Whether this trigger fires for one of the stream's events (all of them unless a subclass filters)."""
+        return True
+
+    async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        async for event in shared_stream:
+            if self.fires_on(event):
+                yield TriggerEvent(event)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Not used: the triggerer runs these in its shared-stream manager, which alone says an event was stored."""
+        raise NotImplementedError(
+            f"{type(self).__name__} runs only in an AssetWatcher on Airflow's triggerer (shared-stream ack mode); "
+            "to wait inside a task, use DeadLetterQueueSensor or ToleranceSensor with deferrable=True"
+        )
+        yield  # pragma: no cover - makes this an async generator

@@ -1,0 +1,270 @@
+"""The asset watchers' event triggers on the real broker, run by Airflow's own shared-stream manager.
+
+``SharedStreamManager`` is what the triggerer runs these triggers in: the tests drive it
+as the triggerer's runner does (subscribe, filter, bind each event, confirm it once
+stored). The one thing stood in for is the metadata database: an event counts as stored
+when the test confirms it, and a triggerer crash is a manager dropped with events
+unconfirmed. The same triggers run in a real triggerer in ``tests/ui/test_event_driven.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from airflow.triggers.shared_stream import SharedStreamManager
+from confluent_kafka import Producer
+
+from airflow_kerr.assets.kafka import dead_letter_queue_asset, tolerance_asset
+from airflow_kerr.errors import ErrorContext, HeaderFormat, SourceRecord, Stage, TaskId, build_dead_letter_record
+from airflow_kerr.errors.metrics import ErrorMetrics
+from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueEventTrigger
+
+POLL_S = 0.2
+
+
+@pytest.fixture
+def kafka_connection(kafka_config: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": kafka_config}))
+    return "kafka_default"
+
+
+def write_dead_letters(kafka_config: dict[str, Any], dlq: str, count: int, *errors: Exception) -> None:
+    """``count`` DLQ records in Connect's format, flushed together; they failed with ``errors`` in turn."""
+    producer = Producer(kafka_config)
+    for offset in range(count):
+        error = errors[offset % len(errors)]
+        record = SourceRecord("orders", 0, offset, int(time.time() * 1000), key=b"k", value=b"{bad")
+        context = ErrorContext(
+            task=TaskId("orders", 0),
+            stage=Stage.VALUE_CONVERTER,
+            executing_class="airflow_kerr.spark.stages.JsonConverter",
+            error=error,
+            record=record,
+        )
+        letter = build_dead_letter_record(
+            context, topic=dlq, header_format=HeaderFormat.CONNECT, context_headers=True, copy_record=True
+        )
+        producer.produce(**letter.produce_kwargs())
+    assert producer.flush(10) == 0
+
+
+def write_task_metrics(kafka_config: dict[str, Any], topic: str, pipeline: str, records_in: int, errors: int) -> None:
+    """One task's metrics record, as the job publishes it after a batch."""
+    now_ms = int(time.time() * 1000)
+    counters = ErrorMetrics(
+        total_record_failures=errors, total_record_errors=errors, total_records_skipped=errors, records_in=records_in
+    )
+    record = {
+        **counters.to_record(
+            pipeline=pipeline, task=0, run_id=f"r{now_ms}", window_start_ms=now_ms - 100, window_end_ms=now_ms
+        ),
+        "scope": "task",
+        "state": "success",
+    }
+    producer = Producer(kafka_config)
+    producer.produce(topic, key=pipeline.encode(), value=json.dumps(record).encode())
+    assert producer.flush(10) == 0
+
+
+class Triggerer:
+    """Airflow's ``SharedStreamManager`` driven the way the triggerer's runner drives it.
+
+    ``store`` decides whether fired events reach "the database" (are confirmed); a
+    crash is leaving without confirming what was fired.
+    """
+
+    def __init__(self) -> None:
+        self.manager = SharedStreamManager(ack_timeout=30)
+        self.fired: list[dict[str, Any]] = []
+        self.store = True
+        self._runs: list[tuple[asyncio.Task[None], int, Any]] = []
+
+    def watch(self, trigger_id: int, trigger: Any) -> None:
+        key = trigger.shared_stream_key()
+        stream = self.manager.subscribe(trigger_id=trigger_id, trigger=trigger, key=key)
+
+        async def run() -> None:
+            async for event in trigger.filter_shared_stream(stream):
+                seq = self.manager.bind_pending_event(trigger_id=trigger_id, key=key)
+                self.fired.append(event.payload)
+                if self.store and seq is not None:
+                    self.manager.confirm_persisted([seq])
+
+        self._runs.append((asyncio.create_task(run()), trigger_id, key))
+
+    async def next_event(self, timeout_s: float = 30.0, after: int | None = None) -> dict[str, Any]:
+        """The next event fired after the ``after``-th one (default: after those seen so far)."""
+        seen = len(self.fired) if after is None else after
+        deadline = time.monotonic() + timeout_s
+        while len(self.fired) <= seen:
+            for task, _, _ in self._runs:
+                if task.done() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            assert time.monotonic() < deadline, f"no event within {timeout_s} s (fired so far: {self.fired})"
+            await asyncio.sleep(0.05)
+        return self.fired[seen]
+
+    async def quiet(self, seconds: float) -> list[dict[str, Any]]:
+        """What fired during ``seconds`` of further polling."""
+        before = len(self.fired)
+        await asyncio.sleep(seconds)
+        return self.fired[before:]
+
+    async def stop(self) -> None:
+        for task, trigger_id, key in self._runs:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await self.manager.unsubscribe(trigger_id, key)
+        self._runs.clear()
+
+
+@asynccontextmanager
+async def triggerer(*triggers: Any, store: bool = True) -> AsyncIterator[Triggerer]:
+    running = Triggerer()
+    running.store = store
+    for trigger_id, trigger in enumerate(triggers, start=1):
+        running.watch(trigger_id, trigger)
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+async def until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met"
+        await asyncio.sleep(0.05)
+
+
+def test_dlq_watch_fires_on_growth_after_it_started_with_a_sample_and_counts_by_class(
+    kafka_config: dict[str, Any], kafka_connection: str, create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    dlq = create_topic(f"{unique_topic}.dlq", 2)
+    write_dead_letters(kafka_config, dlq, 3, ValueError("before the watch"))  # the backlog is not news
+
+    async def scenario() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        trigger = DeadLetterQueueEventTrigger(topic=dlq, poll_interval=POLL_S, sample_size=2)
+        async with triggerer(trigger) as running:
+            assert await running.quiet(1.0) == []
+            write_dead_letters(kafka_config, dlq, 5, *[ValueError("bad json")] * 4, KeyError("customer"))
+            event = await running.next_event()
+            return event, await running.quiet(1.0)
+
+    event, after = asyncio.run(scenario())
+    assert event["topic"] == dlq and event["status"] == "grew"
+    assert event["count"] == 5 and sum(event["ends"].values()) - sum(event["baseline"].values()) == 5
+    assert sum(event["baseline"].values()) == 3
+    assert event["counts_by_class"] == {"ValueError": 4, "KeyError": 1}
+    assert event["counts_cover"] == 5
+    assert len(event["sample"]) == 2 and event["sample"][0]["exception_class"] == "KeyError"
+    assert after == [], "one growth, one event"
+
+
+def test_dlq_watch_repeats_an_unstored_event_after_a_restart_and_loses_no_growth(
+    kafka_config: dict[str, Any], kafka_connection: str, create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """At least once: fired but never stored (the triggerer died) → fired again, same baseline; stored → never again."""
+    dlq = create_topic(f"{unique_topic}.dlq", 2)
+
+    def trigger() -> DeadLetterQueueEventTrigger:
+        return DeadLetterQueueEventTrigger(topic=dlq, poll_interval=POLL_S)
+
+    async def scenario() -> list[dict[str, Any]]:
+        events = []
+        async with triggerer(trigger()) as running:  # first start: the position is saved at once
+            await running.quiet(0.5)
+        async with triggerer(trigger(), store=False) as running:  # fires, then dies before Airflow stored it
+            write_dead_letters(kafka_config, dlq, 5, ValueError("x"))
+            events.append(await running.next_event())
+        write_dead_letters(kafka_config, dlq, 2, ValueError("while the triggerer was down"))
+        async with triggerer(trigger()) as running:
+            events.append(await running.next_event())
+            await running.quiet(1.0)  # stored and moved past: the position is saved
+        async with triggerer(trigger()) as running:
+            assert await running.quiet(1.0) == [], "a stored event is not fired again"
+            write_dead_letters(kafka_config, dlq, 1, ValueError("y"))
+            events.append(await running.next_event())
+        return events
+
+    lost, repeated, next_one = asyncio.run(scenario())
+    assert lost["count"] == 5
+    assert repeated["baseline"] == lost["baseline"] and repeated["count"] == 7, "the unstored event comes again"
+    assert next_one["baseline"] == repeated["ends"] and next_one["count"] == 1
+
+
+def test_tolerance_watch_fires_one_breach_then_one_recovery_with_the_same_breach_id(
+    kafka_config: dict[str, Any], kafka_connection: str, create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    metrics = create_topic(f"{unique_topic}.metrics")
+
+    def asset(event: str) -> Any:
+        return tolerance_asset(
+            event=event,
+            pipeline="orders",
+            metrics_topic=metrics,
+            max_error_rate=0.1,
+            min_records=50,
+            window=3.0,
+            poll_interval=POLL_S,
+        )
+
+    breach_asset, recovery_asset = asset("breach"), asset("recovery")
+    breach_trigger, recovery_trigger = breach_asset.watchers[0].trigger, recovery_asset.watchers[0].trigger
+    assert breach_trigger.shared_stream_key() == recovery_trigger.shared_stream_key(), "one poll loop for both"
+    assert breach_asset.uri != recovery_asset.uri and "event=breach" in breach_asset.uri
+
+    async def scenario() -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+        async with triggerer(breach_trigger, recovery_trigger) as running:
+            write_task_metrics(kafka_config, metrics, "orders", records_in=100, errors=2)
+            assert await running.quiet(1.0) == [], "2 % is under the 10 % limit"
+            write_task_metrics(kafka_config, metrics, "orders", records_in=100, errors=40)
+            breach = await running.next_event()
+            while_breached = await running.quiet(1.0)  # the window still breaches: nothing more
+        async with triggerer(breach_trigger, recovery_trigger) as running:  # a restart during the breach
+            while_breached += await running.quiet(1.0)
+            await asyncio.sleep(3.0)  # the bad window slides out
+            write_task_metrics(kafka_config, metrics, "orders", records_in=100, errors=0)
+            return breach, while_breached, await running.next_event()
+
+    breach, while_breached, recovery = asyncio.run(scenario())
+    assert while_breached == [], "one breach, one event: also across a restart during the breach"
+    assert breach["status"] == "breach" and breach["errors"] == 42 and breach["records_in"] == 200
+    assert breach["max_error_rate"] == 0.1 and breach["pipeline"] == "orders" and breach["window_s"] == 3.0
+    assert recovery["status"] == "recovery" and recovery["breach_id"] == breach["breach_id"]
+
+
+def test_dlq_asset_has_the_kafka_uri_of_its_topic_and_a_watcher(
+    kafka_config: dict[str, Any], kafka_connection: str
+) -> None:
+    asset = dead_letter_queue_asset("orders.dlq")
+    assert asset.uri == f"kafka://{kafka_config['bootstrap.servers']}/orders.dlq"
+    assert isinstance(asset.watchers[0].trigger, DeadLetterQueueEventTrigger)
+    classpath, kwargs = asset.watchers[0].trigger.serialize()
+    assert classpath == "airflow_kerr.triggers.dead_letter_queue.DeadLetterQueueEventTrigger"
+    assert kwargs["cursor_group"] == "kerr-watch.dlq.orders.dlq"
+
+
+def test_tolerance_asset_names_each_bad_setting_when_the_dag_is_parsed(kafka_connection: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        tolerance_asset(event="breach", source="metrics", max_error_rate=2.0, window=-1)
+    message = str(raised.value)
+    assert "max_error_rate=2.0: expected a fraction between 0 and 1" in message
+    assert "window=-1" in message and "pipeline: required with source='metrics'" in message
+    with pytest.raises(ValueError, match="event='breached': expected breach or recovery"):
+        tolerance_asset(event="breached", pipeline="p", max_errors=1)
+
+
+def test_watch_triggers_say_they_need_an_asset_watcher_when_run_alone() -> None:
+    async def run_alone() -> None:
+        async for _ in DeadLetterQueueEventTrigger(topic="t").run():
+            pass
+
+    with pytest.raises(NotImplementedError, match="runs only in an AssetWatcher"):
+        asyncio.run(run_alone())
