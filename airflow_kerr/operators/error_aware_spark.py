@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import AssetAlias
 from airflow.sdk.exceptions import AirflowFailException
 
 import airflow_kerr
+from airflow_kerr.assets.kafka import server_of, topic_asset
 from airflow_kerr.errors.config import show_value
+from airflow_kerr.errors.metrics import DLQ_PRODUCE_REQUESTS
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.metrics_topic import run_summary
 from airflow_kerr.operators.templating import is_templated
@@ -67,6 +70,19 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
     (it may hold credentials), never as a shell-quoted argument. Unless
     ``ship_package=False`` (the cluster has the provider installed), the installed
     ``airflow_kerr`` package is shipped to the executors with ``--py-files``.
+
+    With ``emit_assets=True`` the task's ``outlets`` get an :class:`~airflow.sdk.AssetAlias`
+    named ``kerr.<pipeline name>.outputs`` (the task id when the name is templated), and a
+    successful run adds asset events through it, each with ``extra`` holding ``pipeline``,
+    ``run_id``, ``role`` (``sink`` or ``dead_letter_queue``), ``topic`` and every metric of
+    the run's summary (``"metrics": None`` instead when the summary was not found): one for
+    a Kafka sink topic (:func:`~airflow_kerr.assets.kafka.topic_asset`) on every successful
+    run, and one for the DLQ topic only when the run wrote dead letters
+    (``deadletterqueue-produce-requests`` > 0). The DLQ asset is the one
+    :func:`~airflow_kerr.assets.kafka.dead_letter_queue_asset` watches, and a DAG scheduled
+    on it is there to handle dead letters: it should start for a run that fed the DLQ,
+    never for a clean run. Without a summary it is unknown whether dead letters were
+    written, so no DLQ event is added (a watcher on the topic still sees it grow).
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "pipeline", "errors")
@@ -81,9 +97,11 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         ship_package: bool = True,
         conn_id: str = "spark_default",
         name: str | None = None,
+        emit_assets: bool = False,
         **kwargs: Any,
     ) -> None:
         pipeline_name = pipeline.get("name") if isinstance(pipeline, Mapping) else None
+        plain_name = pipeline_name if isinstance(pipeline_name, str) and not is_templated(pipeline_name) else None
         super().__init__(
             application=job.__file__,
             conn_id=conn_id,
@@ -94,6 +112,12 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         self.errors: Any = dict(errors) if isinstance(errors, Mapping) else ({} if errors is None else errors)
         self.kafka_config_id = kafka_config_id
         self.ship_package = ship_package
+        self.emit_assets = emit_assets
+        #: The outlet alias the run's asset events go through; None unless ``emit_assets``.
+        self.outputs_alias: AssetAlias | None = None
+        if emit_assets:
+            self.outputs_alias = AssetAlias(name=f"kerr.{plain_name or self.task_id}.outputs")
+            self.outlets = [*self.outlets, self.outputs_alias]
         if self._deploy_mode == "cluster":
             raise ValueError(CLUSTER_MODE_MESSAGE.format(where="deploy_mode='cluster'"))
         if not is_templated(self.pipeline) and not is_templated(self.errors):
@@ -154,6 +178,50 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         summary = run_summary(kafka_config, spec.metrics_topic, spec.name, run_id, started_ms - 60_000)
         if summary is None:
             self.log.warning("the job finished but its metrics record for run %s was not found", run_id)
-            return None
-        self.log.info("run metrics: %s", summary)
+        else:
+            self.log.info("run metrics: %s", summary)
+        if self.outputs_alias is not None:
+            self.add_asset_events(context["outlet_events"], spec, kafka_config, run_id, summary)
         return summary
+
+    def add_asset_events(
+        self,
+        outlet_events: Any,
+        spec: PipelineSpec,
+        kafka_config: Mapping[str, Any],
+        run_id: str,
+        summary: Mapping[str, Any] | None,
+    ) -> list[tuple[str, str]]:
+        """Add the successful run's asset events through the outputs alias; return (role, topic) of each.
+
+        The Kafka sink topic always has one; the DLQ topic only when the summary counts
+        dead letters written, so a DAG scheduled on the DLQ asset does not start for a clean run.
+        """
+        if self.outputs_alias is None:
+            return []
+        outputs: list[tuple[str, str]] = []
+        if spec.sink.kind == "kafka" and spec.sink.topic:
+            outputs.append(("sink", spec.sink.topic))
+        dlq_topic = spec.validate().dlq_topic_name
+        if dlq_topic and summary is None:
+            self.log.warning(
+                "no asset event for the DLQ topic %s: without the metrics record of run %s "
+                "it is unknown whether the run wrote dead letters",
+                dlq_topic,
+                run_id,
+            )
+        elif dlq_topic and summary is not None:
+            dead_letters = summary.get(DLQ_PRODUCE_REQUESTS)
+            if isinstance(dead_letters, (int, float)) and dead_letters > 0:
+                outputs.append(("dead_letter_queue", dlq_topic))
+        if not outputs:
+            return []
+        # The connection's server, as the assets that DAGs and watchers declare use it; the spec's when it has none.
+        server = server_of(kafka_config if kafka_config.get("bootstrap.servers") else spec.kafka)
+        metrics: dict[str, Any] = dict(summary) if summary is not None else {"metrics": None}
+        events = outlet_events[self.outputs_alias]
+        for role, topic in outputs:
+            extra = {**metrics, "pipeline": spec.name, "run_id": run_id, "role": role, "topic": topic}
+            events.add(topic_asset(topic, server=server), extra=extra)
+            self.log.info("asset event for %s topic %s through %s", role, topic, self.outputs_alias.name)
+        return outputs

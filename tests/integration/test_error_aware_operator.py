@@ -185,3 +185,98 @@ def test_cluster_deploy_mode_is_refused_with_what_to_do_instead(monkeypatch: pyt
     operator = ErrorAwareSparkSubmitOperator(task_id="via_conn", pipeline=PIPELINE, conn_id="spark_yarn_cluster")
     with pytest.raises(AirflowFailException, match=r"the connection 'spark_yarn_cluster' sets deploy-mode 'cluster'"):
         operator.execute({})
+
+
+ASSETS_DAG = """
+import pendulum
+from airflow.sdk import DAG
+from airflow_kerr.operators.error_aware_spark import ErrorAwareSparkSubmitOperator
+
+with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+    ErrorAwareSparkSubmitOperator(task_id="orders_pipeline", pipeline={pipeline!r}, emit_assets=True)
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.airflow
+def test_emit_assets_stores_a_sink_event_per_run_and_a_dlq_event_only_for_a_run_with_dead_letters(
+    kafka_config: dict[str, Any],
+    unique_topic: str,
+    write_dag: Callable[[str, str], Any],
+    run_dag: Callable[..., dict[str, str | None]],
+    monkeypatch: pytest.MonkeyPatch,
+    java_home: str,
+) -> None:
+    from airflow.models.asset import AssetEvent
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+    from sqlalchemy.orm import selectinload
+
+    from airflow_kerr.assets.kafka import topic_asset
+    from airflow_kerr.examples.orders import generate_orders
+
+    topic = unique_topic
+    sink, dlq = f"{topic}.clean", f"{topic}.dlq"
+    ensure_topics(kafka_config["bootstrap.servers"], {topic: 2, sink: 1, dlq: 1, f"{topic}.metrics": 1})
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": kafka_config}))
+    pipeline = {
+        "name": f"assets_{topic[-8:]}",
+        "source": {"topics": [topic], "group_id": f"{topic}-assets"},
+        "key_converter": "string",
+        "value_converter": "json",
+        "transformations": ["airflow_kerr.examples.orders.validate_order"],
+        "sink": {"kind": "kafka", "topic": sink},
+        "metrics_topic": f"{topic}.metrics",
+        "errors": {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": dlq},
+    }
+    dag_id = f"assets_{topic[-8:]}"
+    dag = write_dag(dag_id, textwrap.dedent(ASSETS_DAG.format(dag_id=dag_id, pipeline=pipeline)))
+    server = kafka_config["bootstrap.servers"].split(",")[0]
+    sink_asset, dlq_asset = topic_asset(sink, server=server), topic_asset(dlq, server=server)
+
+    dirty = generate_orders(kafka_config, topic, 300, malformed_every=20, invalid_every=30, flaky_every=0)
+    assert run_dag(dag) == {"orders_pipeline": "success"}
+    clean = generate_orders(kafka_config, topic, 120, malformed_every=0, invalid_every=0, flaky_every=0)
+    assert run_dag(dag) == {"orders_pipeline": "success"}
+
+    dirty_run, clean_run = sorted(DagRun.find(dag_id=dag_id), key=lambda run: run.run_after)
+    with create_session() as session:
+        stored = session.scalars(
+            select(AssetEvent)
+            .where(AssetEvent.source_dag_id == dag_id)
+            .options(selectinload(AssetEvent.asset), selectinload(AssetEvent.source_aliases))
+            .order_by(AssetEvent.id)
+        ).all()
+        events = [
+            (e.source_run_id, e.asset.name, e.asset.uri, dict(e.extra), [a.name for a in e.source_aliases])
+            for e in stored
+        ]
+
+    alias = [f"kerr.{pipeline['name']}.outputs"]
+    by_run = {
+        run.run_id: {
+            (name, uri): (extra, aliases) for run_id, name, uri, extra, aliases in events if run_id == run.run_id
+        }
+        for run in (dirty_run, clean_run)
+    }
+    assert len(events) == 3, events
+    dirty_events, clean_events = by_run[dirty_run.run_id], by_run[clean_run.run_id]
+    assert set(dirty_events) == {(sink_asset.name, sink_asset.uri), (dlq_asset.name, dlq_asset.uri)}
+    assert set(clean_events) == {(sink_asset.name, sink_asset.uri)}, "a clean run must not start DLQ-scheduled DAGs"
+
+    bad = dirty.malformed + dirty.invalid
+    sink_extra, aliases = dirty_events[sink_asset.name, sink_asset.uri]
+    assert aliases == alias
+    assert sink_extra["role"] == "sink" and sink_extra["topic"] == sink and sink_extra["scope"] == "run"
+    assert sink_extra["records_in"] == dirty.total and sink_extra["total-records-skipped"] == bad
+    dlq_extra, aliases = dirty_events[dlq_asset.name, dlq_asset.uri]
+    assert aliases == alias
+    assert dlq_extra["role"] == "dead_letter_queue" and dlq_extra["topic"] == dlq
+    assert dlq_extra["deadletterqueue-produce-requests"] == bad
+    assert dlq_extra["run_id"] == sink_extra["run_id"] and dlq_extra["pipeline"] == pipeline["name"]
+
+    clean_extra, aliases = clean_events[sink_asset.name, sink_asset.uri]
+    assert aliases == alias
+    assert clean_extra["role"] == "sink" and clean_extra["records_in"] == clean.total
+    assert clean_extra["deadletterqueue-produce-requests"] == 0 and clean_extra["run_id"] != sink_extra["run_id"]
