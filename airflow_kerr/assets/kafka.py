@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from airflow.sdk import Asset, AssetWatcher
+from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueEventTrigger
@@ -25,7 +26,14 @@ from airflow_kerr.triggers.tolerance import FIRE_ON, ToleranceEventTrigger
 
 def bootstrap_server(kafka_config_id: str = "kafka_default") -> str:
     """The first ``bootstrap.servers`` entry of a ``kafka`` connection: the URI's host part."""
-    config = KafkaClusterHook(kafka_config_id=kafka_config_id).client_config()
+    try:
+        config = KafkaClusterHook(kafka_config_id=kafka_config_id).client_config()
+    except AirflowNotFoundException as missing:
+        raise ValueError(
+            f"kafka connection {kafka_config_id!r} is not defined: a kafka:// asset URI names the connection's "
+            "first bootstrap server, read when the DAG file is parsed; define the connection (e.g. "
+            f"AIRFLOW_CONN_{kafka_config_id.upper()}) or pass server='host:port'"
+        ) from missing
     return server_of(config, f"kafka connection {kafka_config_id!r}")
 
 

@@ -156,3 +156,11 @@ def growth_summary(
         "counts_by_class": dict(by_class.most_common()),
         "counts_cover": len(letters),
     }
+
+
+def latest_dead_letters(kafka_config: Mapping[str, Any], topic: str, count: int = 20) -> list[dict[str, Any]]:
+    """The newest ``count`` dead letters of ``topic`` (any age), parsed: what a breach alert quotes."""
+    ends = dlq_end_offsets(kafka_config, topic)
+    window = {partition: max(0, end - count) for partition, end in ends.items()}
+    growth = DeadLetterGrowth(sum(ends[p] - window[p] for p in ends), ends, window)
+    return newest_dead_letters(kafka_config, topic, growth, sample_size=count)

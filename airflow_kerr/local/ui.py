@@ -356,6 +356,8 @@ def start_local_ui(
     seed_sample_dlq: bool = True,
     wait_for_dags: Iterable[str] = ("dlq_replay",),
     startup_timeout_s: float = 300.0,
+    dags: Path | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> LocalUI:
     """Start the broker, a Kafka Connect worker and ``airflow standalone``; return once the UI can be used.
 
@@ -364,10 +366,11 @@ def start_local_ui(
     and earlier runs stay visible. The broker is ``bootstrap_servers`` when given (the
     tests share theirs), else ``KAFKA_BOOTSTRAP_SERVERS``, else an embedded one whose
     ``orders.dlq`` is seeded with sample dead letters. The DAGs are those of
-    :func:`~airflow_kerr.local.state.dags_folder`. On any failure everything
-    already started is stopped before the error is raised.
+    :func:`~airflow_kerr.local.state.dags_folder` unless ``dags`` names a folder;
+    ``environment`` adds variables to Airflow's (``AIRFLOW_VAR_*``, ``AIRFLOW_CONN_*`` ...).
+    On any failure everything already started is stopped before the error is raised.
     """
-    dags = dags_folder()  # first: a missing DAGs folder fails before anything starts
+    dags = dags or dags_folder()  # first: a missing DAGs folder fails before anything starts
     home = (home or state_dir() / "ui").resolve()
     airflow_home = home / "airflow"
     airflow_home.mkdir(parents=True, exist_ok=True)
@@ -403,6 +406,7 @@ def start_local_ui(
             connections=connection_variables(ui.bootstrap_servers, ui.connect.host, ui.connect.port),
             dags=dags,
         )
+        env.update(environment or {})
         with open(ui.log_path, "wb") as log:
             ui.process = subprocess.Popen(
                 [sys.executable, "-m", "airflow", "standalone"],

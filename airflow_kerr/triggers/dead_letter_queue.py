@@ -16,7 +16,7 @@ from airflow_kerr.kafka.dead_letters import dlq_end_offsets, dlq_growth, growth_
 from airflow_kerr.kafka.offsets import offset_consumer
 from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
 from airflow_kerr.triggers.base import PollingTrigger
-from airflow_kerr.triggers.watch import CursorStream, WatchTrigger
+from airflow_kerr.triggers.watch import CursorStream, WatchTrigger, default_cursor_group
 
 
 class DeadLetterQueueTrigger(PollingTrigger):
@@ -142,7 +142,7 @@ class DeadLetterQueueEventTrigger(WatchTrigger):
     class and message, source coordinates), ``counts_by_class`` over the newest
     ``count_limit`` of them and ``counts_cover`` (how many that is). Delivery is at least
     once (see :mod:`airflow_kerr.triggers.watch`); ``cursor_group`` (default
-    ``kerr-watch.dlq.<topic>``) is the consumer group that keeps the position.
+    ``kerr-watch.dlq.<topic>.<hash of the settings>``) is the consumer group that keeps the position.
     """
 
     fields = ("topic", "kafka_config_id", "poll_interval", "min_records", "sample_size", "count_limit", "cursor_group")
@@ -165,7 +165,8 @@ class DeadLetterQueueEventTrigger(WatchTrigger):
         self.min_records = min_records
         self.sample_size = sample_size
         self.count_limit = count_limit
-        self.cursor_group = cursor_group or f"kerr-watch.dlq.{topic}"
+        watch = {"topic": topic, "min_records": min_records, "sample_size": sample_size, "count_limit": count_limit}
+        self.cursor_group = cursor_group or default_cursor_group("dlq", topic, watch)
 
     @classmethod
     def stream(cls, settings: dict[str, Any]) -> CursorStream:

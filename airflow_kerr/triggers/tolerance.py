@@ -10,14 +10,16 @@ DLQ mode keeps its samples in the trigger while it runs.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.kafka.dead_letters import latest_dead_letters
 from airflow_kerr.kafka.tolerance import ToleranceReading, ToleranceWatch, reading_with_limits, watch_problems
 from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
 from airflow_kerr.triggers.base import PollingTrigger
-from airflow_kerr.triggers.watch import CursorStream, WatchTrigger
+from airflow_kerr.triggers.watch import CursorStream, WatchTrigger, default_cursor_group
 
 
 class ToleranceTrigger(PollingTrigger):
@@ -64,6 +66,11 @@ class ToleranceTrigger(PollingTrigger):
 
 FIRE_ON = ("breach", "recovery")
 
+#: How many of the newest dead letters a breach event quotes.
+SAMPLE_SIZE = 20
+
+log = logging.getLogger(__name__)
+
 
 class ToleranceTransitionStream(CursorStream):
     """Announces a breach when a healthy pipeline passes a limit, and recovery when a breached one is back under.
@@ -101,9 +108,20 @@ class ToleranceTransitionStream(CursorStream):
             after = {"state": "healthy", "last_breach_id": state.get("breach_id")}
         else:
             breach_id = f"{self.settings.get('pipeline') or self.settings.get('dlq_topic')}@{reading.window_end_ms}"
-            event = {"status": "breach", "breach_id": breach_id}
+            event = {"status": "breach", "breach_id": breach_id, "sample": self.dead_letter_sample()}
             after = {"state": "breached", "breach_id": breach_id, "since_ms": reading.window_end_ms}
         return [({**event, **reading_with_limits(reading.as_dict(), settings)}, WatchPosition(state=after))]
+
+    def dead_letter_sample(self) -> list[dict[str, Any]]:
+        """The newest few dead letters of the watch's DLQ, for the alert's top exceptions and stages."""
+        dlq = self.settings.get("dlq_topic")
+        if not dlq:
+            return []
+        try:
+            return latest_dead_letters(self.kafka_config, dlq, SAMPLE_SIZE)
+        except Exception as error:  # the breach is news without its sample
+            log.warning("no dead-letter sample from %s for the breach event: %s", dlq, error)
+            return []
 
 
 class ToleranceEventTrigger(WatchTrigger):
@@ -140,7 +158,8 @@ class ToleranceEventTrigger(WatchTrigger):
         self.watch = dict(watch)
         self.kafka_config_id = kafka_config_id
         self.poll_interval = poll_interval
-        self.cursor_group = cursor_group or f"kerr-watch.tolerance.{watch.get('pipeline') or watch.get('dlq_topic')}"
+        subject = str(watch.get("pipeline") or watch.get("dlq_topic"))
+        self.cursor_group = cursor_group or default_cursor_group("tolerance", subject, self.watch)
         self.fire_on = fire
 
     @classmethod

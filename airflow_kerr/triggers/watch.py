@@ -16,9 +16,11 @@ Airflow failed to store is announced again in the same session.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
-from collections.abc import AsyncIterator, Hashable, Sequence
-from typing import Any, ClassVar
+import logging
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from typing import Any, ClassVar, TypeVar
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
@@ -26,6 +28,12 @@ from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
 from airflow_kerr.triggers.base import KwargsTrigger
+
+#: The longest wait between two tries of a failed look.
+MAX_RETRY_WAIT_S = 60.0
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class CursorStream(SharedStreamProducer):
@@ -64,12 +72,28 @@ class CursorStream(SharedStreamProducer):
         self.position = self.saved = saved
 
     async def open_stream(self) -> AsyncIterator[tuple[Any, Any]]:
-        await asyncio.to_thread(self.open)
+        """Open, then look every ``poll_interval`` seconds, for as long as the asset is watched.
+
+        A watcher is always on, so a failed look (the topic not created yet, the broker
+        away) is logged and tried again, backing off to :data:`MAX_RETRY_WAIT_S`, rather
+        than ending the watch.
+        """
+        await self._until_it_works("open the watch", self.open)
         while True:
-            for event, position in await asyncio.to_thread(self.observe):
+            for event, position in await self._until_it_works("read the watched topic", self.observe):
                 self.position = position
                 yield event, position
             await asyncio.sleep(self.poll_interval)
+
+    async def _until_it_works(self, what: str, call: Callable[[], T]) -> T:
+        wait = self.poll_interval
+        while True:
+            try:
+                return await asyncio.to_thread(call)
+            except Exception as error:
+                log.warning("%s could not %s, trying again in %.0f s: %s", type(self).__name__, what, wait, error)
+            await asyncio.sleep(wait)
+            wait = min(2 * wait, MAX_RETRY_WAIT_S)
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         """Save the position after the last event Airflow stored; at the first one it did not, look again from there."""
@@ -86,6 +110,12 @@ class CursorStream(SharedStreamProducer):
     async def aclose(self) -> None:
         if self._cursor is not None:
             await asyncio.to_thread(self._cursor.close)
+
+
+def default_cursor_group(kind: str, subject: str, settings: dict[str, Any]) -> str:
+    """``kerr-watch.<kind>.<subject>.<hash of the settings>``: two watches with other settings keep apart positions."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return f"kerr-watch.{kind}.{subject}.{digest}"
 
 
 class WatchTrigger(KwargsTrigger, BaseEventTrigger):

@@ -1,0 +1,33 @@
+"""Always on: when the orders pipeline has recovered from a breach, resume the sink connector and check it runs.
+
+Nobody triggers this DAG: the watched recovery asset starts it, once a window of at
+least 100 records is back under the limit after a breach (an idle pipeline is not taken
+as recovered). The watch settings are the breach DAG's (``on_tolerance_breach.py``), so
+both watchers share one state and a recovery always follows its breach.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_kerr.assets.kafka import tolerance_asset
+from airflow_kerr.examples.orders_tolerance import ORDERS_CONNECTOR, ORDERS_TOLERANCE
+from airflow_kerr.operators.connector_control import ResumeConnectorOperator
+from airflow_kerr.sensors.connector_state import ConnectorStateSensor
+
+RECOVERY = tolerance_asset(event="recovery", **ORDERS_TOLERANCE)
+
+with DAG(
+    dag_id="on_tolerance_recovery",
+    schedule=[RECOVERY],
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["kerr", "example"],
+) as dag:
+    resume = ResumeConnectorOperator(task_id="resume_connector", connector=ORDERS_CONNECTOR, poll_interval=0.5)
+    verify = ConnectorStateSensor(
+        task_id="verify_running", connector=ORDERS_CONNECTOR, target_state="RUNNING", poke_interval=1, timeout=600
+    )
+    resume >> verify

@@ -1,0 +1,158 @@
+"""Event-driven tolerance end to end: a poison batch pauses the real connector and alerts, nobody triggering anything.
+
+Everything is real: the embedded broker, a Kafka Connect worker running ``orders-sink``,
+``airflow standalone`` (api-server, scheduler, dag-processor, triggerer, LocalExecutor)
+running the example DAGs ``error_aware_pipeline`` (the error-aware Spark job) and
+``on_tolerance_breach`` and ``on_tolerance_recovery`` (scheduled on the watched assets), and a local
+webhook receiving the alert. ``dag.test()`` would run no watcher, hence the whole stack.
+One change, for time: the copies of ``on_tolerance_breach.py`` and ``on_tolerance_recovery.py``
+this test deploys watch a 30 s window instead of 5 minutes, so the poisoned run leaves the
+window within the test.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from airflow_kerr.kafka.offsets import group_offsets
+from airflow_kerr.local.broker import LocalBroker, ensure_topics, free_port
+from airflow_kerr.local.connect_worker import connector_config
+from airflow_kerr.local.demo import CONNECTOR, TOPICS, AlertReceiver
+from airflow_kerr.local.ui import LocalUI, pid_alive, process_tree, start_local_ui
+
+pytestmark = [pytest.mark.spark, pytest.mark.connect]
+
+REPO = Path(__file__).resolve().parents[2]
+SETTINGS = "**ORDERS_TOLERANCE)"
+RUN_TIMEOUT_S = 300.0
+
+
+class EventStack:
+    """The stack the test drives: the Airflow UI's processes, the broker, the alert receiver."""
+
+    def __init__(self, ui: LocalUI, broker: LocalBroker, receiver: AlertReceiver) -> None:
+        self.ui = ui
+        self.broker = broker
+        self.receiver = receiver
+
+    def connector_state(self) -> str:
+        assert self.ui.connect is not None
+        return str(self.ui.connect.status(CONNECTOR)["connector"]["state"])
+
+    def watcher_started(self) -> bool:
+        """Whether the tolerance watcher opened: its cursor group ``kerr-watch.tolerance.orders_pipeline.*`` exists."""
+        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap_servers})
+        groups = admin.list_consumer_groups().result(timeout=10).valid
+        watch = [g.group_id for g in groups if g.group_id.startswith("kerr-watch.tolerance.orders_pipeline.")]
+        config = {"bootstrap.servers": self.broker.bootstrap_servers}
+        return any(group_offsets(config, group, [("kerr.metrics", 0)]) for group in watch)
+
+    def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
+        with self.ui.api() as api:
+            response = api.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+            assert response.status_code == 200, response.text
+            return str(response.json()["dag_run_id"])
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        with self.ui.api() as api:
+            found: list[dict[str, Any]] = api.get(f"/dags/{dag_id}/dagRuns", params={"order_by": "run_after"}).json()[
+                "dag_runs"
+            ]
+            return found
+
+    def wait_for_run(self, dag_id: str, run_id: str) -> None:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        with self.ui.api() as api:
+            while True:
+                state = api.get(f"/dags/{dag_id}/dagRuns/{run_id}").raise_for_status().json()["state"]
+                if state == "success":
+                    return
+                if state == "failed" or time.monotonic() > deadline:
+                    pytest.fail(f"{dag_id} run {run_id} is {state}; Airflow log:\n{self.ui.log_tail(60)}")
+                time.sleep(2)
+
+
+def wait_for(description: str, condition: Callable[[], Any], timeout_s: float, stack: EventStack) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{description}: not within {timeout_s:.0f} s; Airflow log:\n{stack.ui.log_tail(80)}")
+        time.sleep(0.5)
+    return value
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventStack]:
+    """``make ui``'s stack on its own broker (the example DAGs use fixed topic names), with the two DAGs deployed."""
+    home = tmp_path_factory.mktemp("kerr-events")
+    dags = home / "dags"
+    dags.mkdir()
+    for name in ("on_tolerance_breach.py", "on_tolerance_recovery.py", "error_aware_pipeline.py"):
+        text = (REPO / "dags" / name).read_text()
+        if name.startswith("on_tolerance"):
+            assert SETTINGS in text, f"{name} no longer watches with {SETTINGS!r}; update this test's copy"
+            text = text.replace(SETTINGS, '**{**ORDERS_TOLERANCE, "window": 30.0})')
+        (dags / name).write_text(text)
+    receiver = AlertReceiver()
+    with LocalBroker(log_path=home / "broker.log") as broker:
+        ensure_topics(broker.bootstrap_servers, TOPICS)
+        ui = start_local_ui(
+            home,
+            port=free_port(),
+            connect_port=free_port(),
+            bootstrap_servers=broker.bootstrap_servers,
+            seed_sample_dlq=False,
+            wait_for_dags=("on_tolerance_breach", "on_tolerance_recovery", "error_aware_pipeline"),
+            dags=dags,
+            environment={"AIRFLOW_VAR_KERR_ALERT_WEBHOOK": receiver.url},
+        )
+        assert ui.process is not None and ui.connect is not None
+        try:
+            ui.connect.add_connector(CONNECTOR, connector_config("orders.clean", "orders.jsonl"))
+            yield EventStack(ui, broker, receiver)
+        finally:
+            started = process_tree(ui.process.pid)
+            ui.stop()
+            receiver.stop()
+        left = [process for process in started if pid_alive(process)]
+        assert not left, f"processes of the stack still run after stop(): {left}"
+
+
+def test_a_poison_batch_pauses_the_connector_and_alerts_once_then_a_clean_batch_resumes_it(stack: EventStack) -> None:
+    wait_for("the tolerance watcher to start (its cursor group to commit)", stack.watcher_started, 180, stack)
+    assert stack.connector_state() == "RUNNING"
+
+    poisoned = stack.trigger(
+        "error_aware_pipeline", {"orders": 1000, "malformed_every": 10, "invalid_every": 0, "flaky_every": 0}
+    )
+    stack.wait_for_run("error_aware_pipeline", poisoned)
+    wait_for("orders-sink to be PAUSED", lambda: stack.connector_state() == "PAUSED", 120, stack)
+    wait_for("the breach alert", lambda: stack.receiver.alerts, 120, stack)
+    [breach_run] = stack.runs("on_tolerance_breach")
+    assert breach_run["run_type"] == "asset_triggered"
+    text = stack.receiver.alerts[0]["blocks"][0]["text"]["text"]
+    assert "Tolerance breached in pipeline orders_pipeline" in text
+    assert "Top exceptions: json.decoder.JSONDecodeError" in text and "Failing stages: VALUE_CONVERTER" in text, text
+    details = stack.receiver.alerts[0]["kerr"]
+    assert details["error_rate"] > details["max_error_rate"] == 0.02 and details["records_in"] >= 100, details
+
+    clean = stack.trigger(
+        "error_aware_pipeline", {"orders": 1000, "malformed_every": 0, "invalid_every": 0, "flaky_every": 0}
+    )
+    stack.wait_for_run("error_aware_pipeline", clean)
+    wait_for("orders-sink to run again", lambda: stack.connector_state() == "RUNNING", 180, stack)
+    [recovery_run] = wait_for(
+        "the recovery run to succeed",
+        lambda: [run for run in stack.runs("on_tolerance_recovery") if run["state"] == "success"],
+        120,
+        stack,
+    )
+    assert recovery_run["run_type"] == "asset_triggered"
+    assert [run["state"] for run in stack.runs("on_tolerance_breach")] == ["success"], "one breach, one run"
+    assert len(stack.receiver.alerts) == 1, "one alert per breach"
