@@ -3,7 +3,7 @@
 Everything is real: the embedded broker, a Kafka Connect worker running ``orders-sink``,
 ``airflow standalone`` (api-server, scheduler, dag-processor, triggerer, LocalExecutor)
 running the example DAGs ``error_aware_pipeline`` (the error-aware Spark job) and
-``on_tolerance_breach`` and ``on_tolerance_recovery`` (scheduled on the watched assets), and a local
+``on_tolerance_breach``, ``on_tolerance_recovery`` and ``dlq_auto_replay`` (scheduled on watched assets), and a local
 webhook receiving the alert. ``dag.test()`` would run no watcher, hence the whole stack.
 One change, for time: the copies of ``on_tolerance_breach.py`` and ``on_tolerance_recovery.py``
 this test deploys watch a 30 s window instead of 5 minutes, so the poisoned run leaves the
@@ -18,9 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from airflow_kerr.kafka.offsets import group_offsets
+from airflow_kerr.errors import (
+    ErrorContext,
+    HeaderFormat,
+    RetriableError,
+    SourceRecord,
+    Stage,
+    TaskId,
+    build_dead_letter_record,
+)
+from airflow_kerr.kafka.offsets import group_offsets, read_to_end
 from airflow_kerr.local.broker import LocalBroker, ensure_topics, free_port
 from airflow_kerr.local.connect_worker import connector_config
 from airflow_kerr.local.demo import CONNECTOR, TOPICS, AlertReceiver
@@ -45,13 +55,13 @@ class EventStack:
         assert self.ui.connect is not None
         return str(self.ui.connect.status(CONNECTOR)["connector"]["state"])
 
-    def watcher_started(self) -> bool:
-        """Whether the tolerance watcher opened: its cursor group ``kerr-watch.tolerance.orders_pipeline.*`` exists."""
+    def watcher_started(self, cursor_prefix: str, topic: str) -> bool:
+        """Whether a watcher opened: a cursor group named ``<cursor_prefix>*`` committed on ``topic``."""
         admin = AdminClient({"bootstrap.servers": self.broker.bootstrap_servers})
         groups = admin.list_consumer_groups().result(timeout=10).valid
-        watch = [g.group_id for g in groups if g.group_id.startswith("kerr-watch.tolerance.orders_pipeline.")]
+        watch = [g.group_id for g in groups if g.group_id.startswith(cursor_prefix)]
         config = {"bootstrap.servers": self.broker.bootstrap_servers}
-        return any(group_offsets(config, group, [("kerr.metrics", 0)]) for group in watch)
+        return any(group_offsets(config, group, [(topic, 0)]) for group in watch)
 
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
         with self.ui.api() as api:
@@ -93,7 +103,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventStack]:
     home = tmp_path_factory.mktemp("kerr-events")
     dags = home / "dags"
     dags.mkdir()
-    for name in ("on_tolerance_breach.py", "on_tolerance_recovery.py", "error_aware_pipeline.py"):
+    for name in ("on_tolerance_breach.py", "on_tolerance_recovery.py", "error_aware_pipeline.py", "dlq_auto_replay.py"):
         text = (REPO / "dags" / name).read_text()
         if name.startswith("on_tolerance"):
             assert SETTINGS in text, f"{name} no longer watches with {SETTINGS!r}; update this test's copy"
@@ -108,7 +118,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventStack]:
             connect_port=free_port(),
             bootstrap_servers=broker.bootstrap_servers,
             seed_sample_dlq=False,
-            wait_for_dags=("on_tolerance_breach", "on_tolerance_recovery", "error_aware_pipeline"),
+            wait_for_dags=("on_tolerance_breach", "on_tolerance_recovery", "error_aware_pipeline", "dlq_auto_replay"),
             dags=dags,
             environment={"AIRFLOW_VAR_KERR_ALERT_WEBHOOK": receiver.url},
         )
@@ -125,7 +135,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventStack]:
 
 
 def test_a_poison_batch_pauses_the_connector_and_alerts_once_then_a_clean_batch_resumes_it(stack: EventStack) -> None:
-    wait_for("the tolerance watcher to start (its cursor group to commit)", stack.watcher_started, 180, stack)
+    wait_for(
+        "the tolerance watcher to start (its cursor group to commit)",
+        lambda: stack.watcher_started("kerr-watch.tolerance.orders_pipeline.", "kerr.metrics"),
+        180,
+        stack,
+    )
     assert stack.connector_state() == "RUNNING"
 
     poisoned = stack.trigger(
@@ -156,3 +171,48 @@ def test_a_poison_batch_pauses_the_connector_and_alerts_once_then_a_clean_batch_
     assert recovery_run["run_type"] == "asset_triggered"
     assert [run["state"] for run in stack.runs("on_tolerance_breach")] == ["success"], "one breach, one run"
     assert len(stack.receiver.alerts) == 1, "one alert per breach"
+
+
+def test_the_opt_in_auto_replay_puts_back_only_retriable_dead_letters_as_they_land(stack: EventStack) -> None:
+    """dlq_auto_replay, unpaused, is started by the DLQ's watcher and replays exactly the retriable classes."""
+    config = {"bootstrap.servers": stack.broker.bootstrap_servers}
+    ensure_topics(stack.broker.bootstrap_servers, {"orders.auto": 1})
+    with stack.ui.api() as api:
+        api.patch("/dags/dlq_auto_replay", json={"is_paused": False}).raise_for_status()
+    wait_for(
+        "the DLQ watcher to start (its cursor group to commit)",
+        lambda: stack.watcher_started("kerr-watch.dlq.orders.dlq.", "orders.dlq"),
+        180,
+        stack,
+    )
+    errors = [RetriableError("lookup timed out"), ValueError("negative amount"), RetriableError("broker away")]
+    write_dead_letters(config, "orders.dlq", "orders.auto", errors)
+
+    [run] = wait_for(
+        "a successful dlq_auto_replay run",
+        lambda: [run for run in stack.runs("dlq_auto_replay") if run["state"] == "success"],
+        180,
+        stack,
+    )
+    assert run["run_type"] == "asset_triggered"
+    replayed = read_to_end(config, "orders.auto")
+    assert sorted(m.value() for m in replayed) == [b"order-0", b"order-2"], "only the retriable ones, once each"
+
+
+def write_dead_letters(config: dict[str, Any], dlq: str, source: str, errors: list[Exception]) -> None:
+    """One DLQ record per error, in Connect's format, for records of ``source`` with values ``order-<i>``."""
+    producer = Producer(config)
+    for offset, error in enumerate(errors):
+        record = SourceRecord(source, 0, offset, int(time.time() * 1000), key=b"k", value=f"order-{offset}".encode())
+        context = ErrorContext(
+            task=TaskId("orders", 0),
+            stage=Stage.TRANSFORMATION,
+            executing_class="airflow_kerr.examples.orders.enrich_order",
+            error=error,
+            record=record,
+        )
+        letter = build_dead_letter_record(
+            context, topic=dlq, header_format=HeaderFormat.CONNECT, context_headers=True, copy_record=True
+        )
+        producer.produce(**letter.produce_kwargs())
+    assert producer.flush(10) == 0
