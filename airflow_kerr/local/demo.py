@@ -34,11 +34,10 @@ from airflow_kerr.local.broker import (
     resolve_bootstrap_servers,
     wait_for_metadata,
 )
-from airflow_kerr.local.connect_worker import ConnectWorker, connector_config
+from airflow_kerr.local.connect_worker import ConnectWorker
+from airflow_kerr.local.orders_example import CONNECTOR, OUTPUT_FILE, TOPICS, add_sink_connector
 from airflow_kerr.local.state import DAGS_FOLDER_ENV, dags_folder, state_dir
 
-TOPICS = {"orders": 2, "orders.clean": 1, "orders.dlq": 1, "orders.dlq.parked": 1, "kerr.metrics": 1}
-CONNECTOR = "orders-sink"
 GUARD_TIMEOUT_S = 600
 
 
@@ -163,7 +162,7 @@ def summary(rows: list[tuple[str, Any]]) -> None:
 
 def run_story(bootstrap: str, connect: ConnectWorker, receiver: AlertReceiver) -> int:
     ensure_topics(bootstrap, TOPICS)
-    connect.add_connector(CONNECTOR, connector_config("orders.clean", "orders.jsonl"))
+    add_sink_connector(connect)
     step("starting the tolerance guard (DAG tolerance_guard) beside the pipeline")
     guard_log = state_dir() / "demo" / "tolerance_guard.log"
     with open(guard_log, "w") as log:
@@ -233,7 +232,7 @@ def run_story(bootstrap: str, connect: ConnectWorker, receiver: AlertReceiver) -
     )
     print(
         "\nWhere to look next:\n"
-        f"  - the sink connector's output: {connect.output_file('orders.jsonl')}\n"
+        f"  - the sink connector's output: {connect.output_file(OUTPUT_FILE)}\n"
         f"  - the guard's log: {guard_log}\n"
         f"  - the DAGs: error_aware_pipeline.py, tolerance_guard.py, dlq_replay.py in {dags_folder()}\n"
         "  - the same DAGs in the Airflow UI: make ui\n"

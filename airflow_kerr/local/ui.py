@@ -40,6 +40,7 @@ from airflow_kerr.local.broker import (
     resolve_bootstrap_servers,
 )
 from airflow_kerr.local.connect_worker import ConnectWorker
+from airflow_kerr.local.orders_example import TOPICS, add_sink_connector
 from airflow_kerr.local.state import dags_folder, state_dir
 
 DEFAULT_PORT = 8080
@@ -364,8 +365,9 @@ def start_local_ui(
     ``home`` holds the Airflow home (``airflow/``) and the logs; it defaults to
     ``.kerr/ui``. The metadata DB is kept between runs, so a second start is quicker
     and earlier runs stay visible. The broker is ``bootstrap_servers`` when given (the
-    tests share theirs), else ``KAFKA_BOOTSTRAP_SERVERS``, else an embedded one whose
-    ``orders.dlq`` is seeded with sample dead letters. The DAGs are those of
+    tests share theirs), else ``KAFKA_BOOTSTRAP_SERVERS``, else an embedded one with the
+    orders example's topics (``orders.dlq`` seeded with sample dead letters) and its
+    ``orders-sink`` connector, so every example DAG, the event-driven ones too, runs as it is. The DAGs are those of
     :func:`~airflow_kerr.local.state.dags_folder` unless ``dags`` names a folder;
     ``environment`` adds variables to Airflow's (``AIRFLOW_VAR_*``, ``AIRFLOW_CONN_*`` ...).
     On any failure everything already started is stopped before the error is raised.
@@ -391,11 +393,14 @@ def start_local_ui(
         else:
             ui.broker = LocalBroker(log_path=home / "broker.log").start()
             ui.bootstrap_servers = ui.broker.bootstrap_servers
+            ensure_topics(ui.bootstrap_servers, TOPICS)
             if seed_sample_dlq:
                 seed_dead_letters(ui.bootstrap_servers, SAMPLE_DLQ_TOPIC)
         ui.connect = ConnectWorker(
             ui.bootstrap_servers, home / "connect", port=connect_port or preferred_port(CONNECT_DEFAULT_PORT)
         ).start()
+        if ui.broker is not None:
+            add_sink_connector(ui.connect)
         password_file = airflow_home / "simple_auth_manager_passwords.json"
         write_password_file(password_file, ui.username, ui.password)
         env = airflow_environment(

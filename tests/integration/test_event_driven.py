@@ -31,9 +31,9 @@ from airflow_kerr.errors import (
     build_dead_letter_record,
 )
 from airflow_kerr.kafka.offsets import group_offsets, read_to_end
-from airflow_kerr.local.broker import LocalBroker, ensure_topics, free_port
-from airflow_kerr.local.connect_worker import connector_config
-from airflow_kerr.local.demo import CONNECTOR, TOPICS, AlertReceiver
+from airflow_kerr.local.broker import ensure_topics, free_port
+from airflow_kerr.local.demo import AlertReceiver
+from airflow_kerr.local.orders_example import CONNECTOR
 from airflow_kerr.local.ui import LocalUI, pid_alive, process_tree, start_local_ui
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect]
@@ -44,11 +44,11 @@ RUN_TIMEOUT_S = 300.0
 
 
 class EventStack:
-    """The stack the test drives: the Airflow UI's processes, the broker, the alert receiver."""
+    """What the test drives: the Airflow UI's processes (broker and Connect worker included), the alert receiver."""
 
-    def __init__(self, ui: LocalUI, broker: LocalBroker, receiver: AlertReceiver) -> None:
+    def __init__(self, ui: LocalUI, receiver: AlertReceiver) -> None:
         self.ui = ui
-        self.broker = broker
+        self.bootstrap_servers = ui.bootstrap_servers
         self.receiver = receiver
 
     def connector_state(self) -> str:
@@ -57,10 +57,10 @@ class EventStack:
 
     def watcher_started(self, cursor_prefix: str, topic: str) -> bool:
         """Whether a watcher opened: a cursor group named ``<cursor_prefix>*`` committed on ``topic``."""
-        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap_servers})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
         groups = admin.list_consumer_groups().result(timeout=10).valid
         watch = [g.group_id for g in groups if g.group_id.startswith(cursor_prefix)]
-        config = {"bootstrap.servers": self.broker.bootstrap_servers}
+        config = {"bootstrap.servers": self.bootstrap_servers}
         return any(group_offsets(config, group, [(topic, 0)]) for group in watch)
 
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
@@ -99,7 +99,7 @@ def wait_for(description: str, condition: Callable[[], Any], timeout_s: float, s
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventStack]:
-    """``make ui``'s stack on its own broker (the example DAGs use fixed topic names), with the two DAGs deployed."""
+    """``make ui``'s stack on its own broker (the example DAGs use fixed topic names), with the DAGs deployed."""
     home = tmp_path_factory.mktemp("kerr-events")
     dags = home / "dags"
     dags.mkdir()
@@ -110,28 +110,24 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventStack]:
             text = text.replace(SETTINGS, '**{**ORDERS_TOLERANCE, "window": 30.0})')
         (dags / name).write_text(text)
     receiver = AlertReceiver()
-    with LocalBroker(log_path=home / "broker.log") as broker:
-        ensure_topics(broker.bootstrap_servers, TOPICS)
-        ui = start_local_ui(
-            home,
-            port=free_port(),
-            connect_port=free_port(),
-            bootstrap_servers=broker.bootstrap_servers,
-            seed_sample_dlq=False,
-            wait_for_dags=("on_tolerance_breach", "on_tolerance_recovery", "error_aware_pipeline", "dlq_auto_replay"),
-            dags=dags,
-            environment={"AIRFLOW_VAR_KERR_ALERT_WEBHOOK": receiver.url},
-        )
-        assert ui.process is not None and ui.connect is not None
-        try:
-            ui.connect.add_connector(CONNECTOR, connector_config("orders.clean", "orders.jsonl"))
-            yield EventStack(ui, broker, receiver)
-        finally:
-            started = process_tree(ui.process.pid)
-            ui.stop()
-            receiver.stop()
-        left = [process for process in started if pid_alive(process)]
-        assert not left, f"processes of the stack still run after stop(): {left}"
+    ui = start_local_ui(
+        home,
+        port=free_port(),
+        connect_port=free_port(),
+        seed_sample_dlq=False,
+        wait_for_dags=("on_tolerance_breach", "on_tolerance_recovery", "error_aware_pipeline", "dlq_auto_replay"),
+        dags=dags,
+        environment={"AIRFLOW_VAR_KERR_ALERT_WEBHOOK": receiver.url},
+    )
+    assert ui.process is not None and ui.broker is not None, "the stack runs its own broker with the example topics"
+    try:
+        yield EventStack(ui, receiver)
+    finally:
+        started = process_tree(ui.process.pid)
+        ui.stop()
+        receiver.stop()
+    left = [process for process in started if pid_alive(process)]
+    assert not left, f"processes of the stack still run after stop(): {left}"
 
 
 def test_a_poison_batch_pauses_the_connector_and_alerts_once_then_a_clean_batch_resumes_it(stack: EventStack) -> None:
@@ -175,8 +171,8 @@ def test_a_poison_batch_pauses_the_connector_and_alerts_once_then_a_clean_batch_
 
 def test_the_opt_in_auto_replay_puts_back_only_retriable_dead_letters_as_they_land(stack: EventStack) -> None:
     """dlq_auto_replay, unpaused, is started by the DLQ's watcher and replays exactly the retriable classes."""
-    config = {"bootstrap.servers": stack.broker.bootstrap_servers}
-    ensure_topics(stack.broker.bootstrap_servers, {"orders.auto": 1})
+    config = {"bootstrap.servers": stack.bootstrap_servers}
+    ensure_topics(stack.bootstrap_servers, {"orders.auto": 1})
     with stack.ui.api() as api:
         api.patch("/dags/dlq_auto_replay", json={"is_paused": False}).raise_for_status()
     wait_for(
