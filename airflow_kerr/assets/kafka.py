@@ -20,8 +20,8 @@ from airflow.sdk import Asset, AssetWatcher
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
-from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueEventTrigger
-from airflow_kerr.triggers.tolerance import FIRE_ON, ToleranceEventTrigger
+from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
+from airflow_kerr.triggers.tolerance_events import FIRE_ON, ToleranceEventTrigger
 
 
 def bootstrap_server(kafka_config_id: str = "kafka_default") -> str:

@@ -1,6 +1,4 @@
-"""Tolerance on the triggerer: a deferred sensor's wait, and an asset watcher's breach and recovery events.
-
-``ToleranceTrigger`` waits for one task; ``ToleranceEventTrigger`` serves an ``AssetWatcher``.
+"""``ToleranceTrigger``: wait on the triggerer for a tolerance breach, or for recovery from one.
 
 Readings (the metrics topic, or DLQ growth against a group's consumption) are
 taken in a worker thread, so the event loop never blocks on confluent-kafka. The
@@ -10,16 +8,11 @@ DLQ mode keeps its samples in the trigger while it runs.
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Sequence
 from typing import Any
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
-from airflow_kerr.kafka.dead_letters import latest_dead_letters
-from airflow_kerr.kafka.tolerance import ToleranceReading, ToleranceWatch, reading_with_limits, watch_problems
-from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
+from airflow_kerr.kafka.tolerance import ToleranceReading, ToleranceWatch
 from airflow_kerr.triggers.base import PollingTrigger
-from airflow_kerr.triggers.watch import CursorStream, WatchTrigger, default_cursor_group
 
 
 class ToleranceTrigger(PollingTrigger):
@@ -62,122 +55,3 @@ class ToleranceTrigger(PollingTrigger):
 
     def timeout_event(self) -> dict[str, Any]:
         return {"status": "timeout", "reading": self._reading.as_dict() if self._reading else None}
-
-
-FIRE_ON = ("breach", "recovery")
-
-#: How many of the newest dead letters a breach event quotes.
-SAMPLE_SIZE = 20
-
-log = logging.getLogger(__name__)
-
-
-class ToleranceTransitionStream(CursorStream):
-    """Announces a breach when a healthy pipeline passes a limit, and recovery when a breached one is back under.
-
-    The state (``healthy``, or ``breached`` with the breach's id) is the cursor's, saved
-    once Airflow stored the event that changed it, so a breach is announced once however
-    long it lasts, and a restart neither forgets an open breach nor loses one.
-    """
-
-    def __init__(self, *, watch: dict[str, Any], cursor_group: str, kafka_config_id: str, poll_interval: float) -> None:
-        super().__init__(kafka_config_id=kafka_config_id, poll_interval=poll_interval)
-        self.settings = watch
-        self.cursor_group = cursor_group
-        self._watch: ToleranceWatch | None = None
-
-    def cursor(self) -> WatchCursor:
-        self._watch = ToleranceWatch(kafka_config=self.kafka_config, wait_for="breach", **self.settings)
-        topic = self.settings["metrics_topic"] if self.settings["source"] == "metrics" else self.settings["dlq_topic"]
-        return WatchCursor(self.kafka_config, self.cursor_group, topic)
-
-    def first_position(self) -> WatchPosition:
-        return WatchPosition(state={"state": "healthy"})
-
-    def observe(self) -> list[tuple[dict[str, Any], WatchPosition]]:
-        assert self._watch is not None
-        state = self.position.state or {"state": "healthy"}
-        breached = state.get("state") == "breached"
-        self._watch.wait_for = "recovery" if breached else "breach"
-        holds, reading = self._watch.check()
-        if not holds or reading is None:
-            return []
-        settings = {**self.settings, "wait_for": self._watch.wait_for}
-        if breached:
-            event = {"status": "recovery", "breach_id": state.get("breach_id")}
-            after = {"state": "healthy", "last_breach_id": state.get("breach_id")}
-        else:
-            breach_id = f"{self.settings.get('pipeline') or self.settings.get('dlq_topic')}@{reading.window_end_ms}"
-            event = {"status": "breach", "breach_id": breach_id, "sample": self.dead_letter_sample()}
-            after = {"state": "breached", "breach_id": breach_id, "since_ms": reading.window_end_ms}
-        return [({**event, **reading_with_limits(reading.as_dict(), settings)}, WatchPosition(state=after))]
-
-    def dead_letter_sample(self) -> list[dict[str, Any]]:
-        """The newest few dead letters of the watch's DLQ, for the alert's top exceptions and stages."""
-        dlq = self.settings.get("dlq_topic")
-        if not dlq:
-            return []
-        try:
-            return latest_dead_letters(self.kafka_config, dlq, SAMPLE_SIZE)
-        except Exception as error:  # the breach is news without its sample
-            log.warning("no dead-letter sample from %s for the breach event: %s", dlq, error)
-            return []
-
-
-class ToleranceEventTrigger(WatchTrigger):
-    """For an ``AssetWatcher``: fires on a tolerance breach, and (separately) on recovery from it.
-
-    ``watch`` holds :class:`ToleranceWatch`'s plain settings (as the sensor's
-    ``watch_settings()``, without ``wait_for``); ``fire_on`` picks the transitions this
-    trigger fires on. Two triggers with the same watch (one per asset: breach, recovery)
-    share one poll loop and one state. The payload: ``status`` (``breach`` or
-    ``recovery``), ``breach_id`` (the same on a breach and on its recovery, and on a
-    repeat after a triggerer restart), the reading (``records_in``, ``errors``,
-    ``error_rate``, ``window_start_ms``/``window_end_ms``) and the limits, ``pipeline``
-    and ``dlq_topic``. Delivery is at least once (see :mod:`airflow_kerr.triggers.watch`).
-    """
-
-    fields = ("watch", "kafka_config_id", "poll_interval", "cursor_group", "fire_on")
-    stream_fields = ("watch", "kafka_config_id", "poll_interval", "cursor_group")
-
-    def __init__(
-        self,
-        watch: dict[str, Any],
-        kafka_config_id: str = "kafka_default",
-        poll_interval: float = 5.0,
-        cursor_group: str | None = None,
-        fire_on: str | Sequence[str] = FIRE_ON,
-    ) -> None:
-        super().__init__()
-        settings: dict[str, Any] = {key: watch.get(key) for key in WATCH_KEYS}
-        problems = watch_problems(wait_for="breach", window=watch["window_ms"] / 1000, **settings)
-        fire = [fire_on] if isinstance(fire_on, str) else list(fire_on)
-        problems += [f"fire_on={name!r}: expected {' or '.join(FIRE_ON)}" for name in fire if name not in FIRE_ON]
-        if problems:
-            raise ValueError("invalid ToleranceEventTrigger arguments:\n  - " + "\n  - ".join(problems))
-        self.watch = dict(watch)
-        self.kafka_config_id = kafka_config_id
-        self.poll_interval = poll_interval
-        subject = str(watch.get("pipeline") or watch.get("dlq_topic"))
-        self.cursor_group = cursor_group or default_cursor_group("tolerance", subject, self.watch)
-        self.fire_on = fire
-
-    @classmethod
-    def stream(cls, settings: dict[str, Any]) -> CursorStream:
-        return ToleranceTransitionStream(**settings)
-
-    def fires_on(self, event: dict[str, Any]) -> bool:
-        return event.get("status") in self.fire_on
-
-
-#: The watch settings :func:`watch_problems` checks (besides the window, given in seconds).
-WATCH_KEYS = (
-    "source",
-    "max_error_rate",
-    "max_errors",
-    "min_records",
-    "pipeline",
-    "dlq_topic",
-    "source_topics",
-    "group_id",
-)

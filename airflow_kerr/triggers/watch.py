@@ -64,11 +64,16 @@ class CursorStream(SharedStreamProducer):
     def open(self) -> None:
         """Read the connection and the saved position; a first start saves where it starts, so nothing is missed."""
         self.kafka_config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
-        self._cursor = self.cursor()
-        saved = self._cursor.load()
-        if saved is None:
-            saved = self.first_position()
-            self._cursor.save(saved)
+        cursor = self.cursor()
+        try:
+            saved = cursor.load()
+            if saved is None:
+                saved = self.first_position()
+                cursor.save(saved)
+        except Exception:
+            cursor.close()  # a failed open is tried again with a new client
+            raise
+        self._cursor = cursor
         self.position = self.saved = saved
 
     async def open_stream(self) -> AsyncIterator[tuple[Any, Any]]:

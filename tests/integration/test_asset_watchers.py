@@ -23,7 +23,8 @@ from confluent_kafka import Producer
 from airflow_kerr.assets.kafka import dead_letter_queue_asset, tolerance_asset
 from airflow_kerr.errors import ErrorContext, HeaderFormat, SourceRecord, Stage, TaskId, build_dead_letter_record
 from airflow_kerr.errors.metrics import ErrorMetrics
-from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueEventTrigger
+from airflow_kerr.kafka.offsets import group_offsets
+from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
 
 POLL_S = 0.2
 
@@ -247,7 +248,7 @@ def test_dlq_asset_has_the_kafka_uri_of_its_topic_and_a_watcher(
     assert asset.uri == f"kafka://{kafka_config['bootstrap.servers']}/orders.dlq"
     assert isinstance(asset.watchers[0].trigger, DeadLetterQueueEventTrigger)
     classpath, kwargs = asset.watchers[0].trigger.serialize()
-    assert classpath == "airflow_kerr.triggers.dead_letter_queue.DeadLetterQueueEventTrigger"
+    assert classpath == "airflow_kerr.triggers.dead_letter_queue_events.DeadLetterQueueEventTrigger"
     assert kwargs["cursor_group"].startswith("kerr-watch.dlq.orders.dlq.")
 
 
@@ -268,3 +269,22 @@ def test_watch_triggers_say_they_need_an_asset_watcher_when_run_alone() -> None:
 
     with pytest.raises(NotImplementedError, match="runs only in an AssetWatcher"):
         asyncio.run(run_alone())
+
+
+def test_a_watch_started_before_its_topic_exists_waits_for_it_and_then_fires(
+    kafka_config: dict[str, Any], kafka_connection: str, create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """Always on: a missing topic (a fresh deployment before the first run) is retried, not the end of the watch."""
+    dlq = f"{unique_topic}.later"
+    trigger = DeadLetterQueueEventTrigger(topic=dlq, poll_interval=POLL_S)
+
+    async def scenario() -> dict[str, Any]:
+        async with triggerer(trigger) as running:
+            assert await running.quiet(1.0) == []
+            create_topic(dlq, 1)
+            await until(lambda: bool(group_offsets(kafka_config, trigger.cursor_group, [(dlq, 0)])), timeout_s=60)
+            write_dead_letters(kafka_config, dlq, 2, ValueError("late"))
+            return await running.next_event(timeout_s=60)
+
+    event = asyncio.run(scenario())
+    assert event["count"] == 2 and event["baseline"] == {"0": 0}

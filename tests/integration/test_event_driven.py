@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 
+from airflow_kerr.assets.kafka import tolerance_asset
 from airflow_kerr.errors import (
     ErrorContext,
     HeaderFormat,
@@ -30,16 +30,27 @@ from airflow_kerr.errors import (
     TaskId,
     build_dead_letter_record,
 )
+from airflow_kerr.examples.orders_tolerance import ORDERS_TOLERANCE
 from airflow_kerr.kafka.offsets import group_offsets, read_to_end
 from airflow_kerr.local.broker import ensure_topics, free_port
 from airflow_kerr.local.demo import AlertReceiver
 from airflow_kerr.local.orders_example import CONNECTOR
 from airflow_kerr.local.ui import LocalUI, pid_alive, process_tree, start_local_ui
+from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect]
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = "**ORDERS_TOLERANCE)"
+WINDOW_S = 30.0
+
+
+def tolerance_trigger() -> Any:
+    """The deployed DAGs' tolerance watch (the example's settings with the test's window): its cursor group."""
+    asset = tolerance_asset(event="breach", server="unused:9092", **{**ORDERS_TOLERANCE, "window": WINDOW_S})
+    return asset.watchers[0].trigger
+
+
 RUN_TIMEOUT_S = 300.0
 
 
@@ -55,13 +66,10 @@ class EventStack:
         assert self.ui.connect is not None
         return str(self.ui.connect.status(CONNECTOR)["connector"]["state"])
 
-    def watcher_started(self, cursor_prefix: str, topic: str) -> bool:
-        """Whether a watcher opened: a cursor group named ``<cursor_prefix>*`` committed on ``topic``."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
-        groups = admin.list_consumer_groups().result(timeout=10).valid
-        watch = [g.group_id for g in groups if g.group_id.startswith(cursor_prefix)]
+    def watcher_started(self, trigger: Any, topic: str) -> bool:
+        """Whether the watcher running ``trigger``'s watch opened: its cursor group committed on ``topic``."""
         config = {"bootstrap.servers": self.bootstrap_servers}
-        return any(group_offsets(config, group, [(topic, 0)]) for group in watch)
+        return bool(group_offsets(config, trigger.cursor_group, [(topic, 0)]))
 
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
         with self.ui.api() as api:
@@ -107,7 +115,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventStack]:
         text = (REPO / "dags" / name).read_text()
         if name.startswith("on_tolerance"):
             assert SETTINGS in text, f"{name} no longer watches with {SETTINGS!r}; update this test's copy"
-            text = text.replace(SETTINGS, '**{**ORDERS_TOLERANCE, "window": 30.0})')
+            text = text.replace(SETTINGS, f'**{{**ORDERS_TOLERANCE, "window": {WINDOW_S}}})')
         (dags / name).write_text(text)
     receiver = AlertReceiver()
     ui = start_local_ui(
@@ -133,7 +141,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventStack]:
 def test_a_poison_batch_pauses_the_connector_and_alerts_once_then_a_clean_batch_resumes_it(stack: EventStack) -> None:
     wait_for(
         "the tolerance watcher to start (its cursor group to commit)",
-        lambda: stack.watcher_started("kerr-watch.tolerance.orders_pipeline.", "kerr.metrics"),
+        lambda: stack.watcher_started(tolerance_trigger(), "kerr.metrics"),
         180,
         stack,
     )
@@ -177,7 +185,7 @@ def test_the_opt_in_auto_replay_puts_back_only_retriable_dead_letters_as_they_la
         api.patch("/dags/dlq_auto_replay", json={"is_paused": False}).raise_for_status()
     wait_for(
         "the DLQ watcher to start (its cursor group to commit)",
-        lambda: stack.watcher_started("kerr-watch.dlq.orders.dlq.", "orders.dlq"),
+        lambda: stack.watcher_started(DeadLetterQueueEventTrigger(topic="orders.dlq", min_records=1), "orders.dlq"),
         180,
         stack,
     )
