@@ -18,7 +18,7 @@ import re
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_kerr.assets.kafka import dead_letter_queue_asset
+from airflow_kerr.assets.watched import dead_letter_queue_asset
 from airflow_kerr.operators.dlq_replay import DeadLetterQueueReplayOperator
 
 DLQ_TOPIC = "orders.dlq"

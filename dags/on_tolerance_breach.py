@@ -19,7 +19,7 @@ import pendulum
 from airflow.sdk import DAG, task
 
 from airflow_kerr.assets.events import alert_once_per_breach
-from airflow_kerr.assets.kafka import tolerance_asset
+from airflow_kerr.assets.watched import tolerance_asset
 from airflow_kerr.examples.orders_tolerance import ORDERS_CONNECTOR, ORDERS_TOLERANCE
 from airflow_kerr.operators.connector_control import PauseConnectorOperator
 

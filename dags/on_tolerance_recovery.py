@@ -11,7 +11,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_kerr.assets.kafka import tolerance_asset
+from airflow_kerr.assets.watched import tolerance_asset
 from airflow_kerr.examples.orders_tolerance import ORDERS_CONNECTOR, ORDERS_TOLERANCE
 from airflow_kerr.operators.connector_control import ResumeConnectorOperator
 from airflow_kerr.sensors.connector_state import ConnectorStateSensor

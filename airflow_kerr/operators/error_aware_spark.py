@@ -79,7 +79,7 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
     a Kafka sink topic (:func:`~airflow_kerr.assets.kafka.topic_asset`) on every successful
     run, and one for the DLQ topic only when the run wrote dead letters
     (``deadletterqueue-produce-requests`` > 0). The DLQ asset is the one
-    :func:`~airflow_kerr.assets.kafka.dead_letter_queue_asset` watches, and a DAG scheduled
+    :func:`~airflow_kerr.assets.watched.dead_letter_queue_asset` watches, and a DAG scheduled
     on it is there to handle dead letters: it should start for a run that fed the DLQ,
     never for a clean run. Without a summary it is unknown whether dead letters were
     written, so no DLQ event is added (a watcher on the topic still sees it grow).

@@ -20,7 +20,7 @@ import pytest
 from airflow.triggers.shared_stream import SharedStreamManager
 from confluent_kafka import Producer
 
-from airflow_kerr.assets.kafka import dead_letter_queue_asset, tolerance_asset
+from airflow_kerr.assets.watched import dead_letter_queue_asset, tolerance_asset
 from airflow_kerr.errors import ErrorContext, HeaderFormat, SourceRecord, Stage, TaskId, build_dead_letter_record
 from airflow_kerr.errors.metrics import ErrorMetrics
 from airflow_kerr.kafka.offsets import group_offsets

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from airflow_kerr.assets.kafka import tolerance_asset
+from airflow_kerr.assets.watched import tolerance_asset
 from airflow_kerr.errors import (
     ErrorContext,
     HeaderFormat,

@@ -15,7 +15,7 @@ import pytest
 from airflow.sdk import Asset
 
 from airflow_kerr.assets.events import ALERTED_KEY, alert_once_per_breach, event_payloads
-from airflow_kerr.assets.kafka import dead_letter_queue_asset
+from airflow_kerr.assets.watched import dead_letter_queue_asset
 
 BREACH = Asset(name="kerr.tolerance_breach.orders", uri="kafka://b:9092/kerr.metrics?event=breach&pipeline=orders")
 T0 = datetime(2026, 11, 23, tzinfo=UTC)

@@ -1,0 +1,111 @@
+"""Assets watched by our event triggers: a DLQ's growth and a pipeline's tolerance breach and recovery (Airflow 3.3).
+
+A DAG scheduled on one of these starts when its watcher fires, with nobody triggering it:
+``schedule=[dead_letter_queue_asset("orders.dlq")]``. Tolerance assets add ``event``
+(``breach`` or ``recovery``) and what is watched as query parameters to the metrics
+topic's URI, so the breach and the recovery of one pipeline are two assets; with the same
+settings they share one poll loop and one state on the triggerer (see
+:class:`~airflow_kerr.triggers.tolerance_events.ToleranceEventTrigger`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from airflow.sdk import Asset, AssetWatcher
+
+from airflow_kerr.assets.kafka import bootstrap_server, kafka_uri
+from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
+from airflow_kerr.triggers.tolerance_events import FIRE_ON, ToleranceEventTrigger
+
+
+def dead_letter_queue_asset(
+    topic: str,
+    *,
+    kafka_config_id: str = "kafka_default",
+    server: str | None = None,
+    min_records: int = 1,
+    poll_interval: float = 5.0,
+    sample_size: int = 5,
+    count_limit: int = 1000,
+    cursor_group: str | None = None,
+) -> Asset:
+    """A DLQ topic whose growth is an asset event, watched by :class:`DeadLetterQueueEventTrigger`.
+
+    The asset is the topic's (same URI as :func:`topic_asset`), so the job that writes the
+    DLQ and the DAGs waiting on it meet on one asset.
+    """
+    trigger = DeadLetterQueueEventTrigger(
+        topic=topic,
+        kafka_config_id=kafka_config_id,
+        poll_interval=poll_interval,
+        min_records=min_records,
+        sample_size=sample_size,
+        count_limit=count_limit,
+        cursor_group=cursor_group,
+    )
+    return Asset(
+        name=f"kafka.{topic}",
+        uri=kafka_uri(server or bootstrap_server(kafka_config_id), topic),
+        watchers=[AssetWatcher(name=f"kerr.dlq_growth.{topic}", trigger=trigger)],
+    )
+
+
+def tolerance_asset(
+    *,
+    event: str = "breach",
+    pipeline: str | None = None,
+    source: str = "metrics",
+    metrics_topic: str = "kerr.metrics",
+    dlq_topic: str | None = None,
+    source_topics: Sequence[str] | None = None,
+    consumer_group: str | None = None,
+    max_error_rate: float | None = None,
+    max_errors: int | None = None,
+    min_records: int = 100,
+    window: timedelta | float = timedelta(minutes=5),
+    kafka_config_id: str = "kafka_default",
+    server: str | None = None,
+    poll_interval: float = 5.0,
+    cursor_group: str | None = None,
+) -> Asset:
+    """A pipeline's tolerance ``event`` (``breach`` or ``recovery``) as an asset, watched by ``ToleranceEventTrigger``.
+
+    The watch settings are :class:`~airflow_kerr.sensors.tolerance.ToleranceSensor`'s
+    (``consumer_group`` is its ``group_id``); give the breach and the recovery asset the
+    same ones, so they share one watch and one state. Bad settings fail here, when the DAG
+    file is parsed, with one line per problem.
+    """
+    if event not in FIRE_ON:
+        raise ValueError(f"event={event!r}: expected {' or '.join(FIRE_ON)}")
+    window_s = window.total_seconds() if isinstance(window, timedelta) else float(window)
+    watch = {
+        "window_ms": int(window_s * 1000),
+        "max_error_rate": max_error_rate,
+        "max_errors": max_errors,
+        "min_records": min_records,
+        "source": source,
+        "pipeline": pipeline,
+        "metrics_topic": metrics_topic,
+        "dlq_topic": dlq_topic,
+        "source_topics": list(source_topics or []),
+        "group_id": consumer_group,
+    }
+    trigger = ToleranceEventTrigger(
+        watch=watch,
+        kafka_config_id=kafka_config_id,
+        poll_interval=poll_interval,
+        cursor_group=cursor_group,
+        fire_on=event,
+    )
+    watched = (
+        {"pipeline": str(pipeline)} if source == "metrics" else {"dlq": str(dlq_topic), "group": str(consumer_group)}
+    )
+    topic = metrics_topic if source == "metrics" else str(dlq_topic)
+    subject = pipeline if source == "metrics" else dlq_topic
+    return Asset(
+        name=f"kerr.tolerance_{event}.{subject}",
+        uri=kafka_uri(server or bootstrap_server(kafka_config_id), topic, {"event": event, **watched}),
+        watchers=[AssetWatcher(name=f"kerr.tolerance_{event}.{subject}", trigger=trigger)],
+    )
