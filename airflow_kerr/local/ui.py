@@ -134,14 +134,13 @@ def seed_dead_letters(
     Half have a negative amount (the example fix repairs them), half are cut-short JSON
     (the fix parks them), so a dry run of ``dlq_replay`` has a breakdown to show.
     """
-    from confluent_kafka import Producer
-
-    from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
+    from airflow_kerr.errors import SourceRecord, Stage, TaskId
     from airflow_kerr.examples.orders import InvalidOrder
+    from airflow_kerr.local.dead_letters import Failure, write_dead_letters
 
     ensure_topics(bootstrap_servers, {source_topic: 1, dlq_topic: 1})
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
     now_ms = int(time.time() * 1000)
+    failures = []
     for index in range(count):
         order_id = f"o-{index}"
         error: Exception
@@ -152,11 +151,13 @@ def seed_dead_letters(
             value = json.dumps({"id": order_id, "amount": -12.5 - index}).encode()
             stage, error = Stage.TRANSFORMATION, InvalidOrder(f"order {order_id} has a non-positive amount")
         record = SourceRecord(source_topic, 0, index, now_ms, key=order_id.encode(), value=value)
-        context = ErrorContext(TaskId("orders_pipeline", 0), stage, "airflow_kerr.examples.orders", error, record)
-        producer.produce(**build_dead_letter_record(context, topic=dlq_topic).produce_kwargs())
-    if producer.flush(30) != 0:
-        raise LocalUIError(f"could not write the sample dead letters to {dlq_topic}")
-    return count
+        failures.append(Failure(record, stage, error))
+    try:
+        return write_dead_letters(
+            {"bootstrap.servers": bootstrap_servers}, dlq_topic, failures, task=TaskId("orders_pipeline", 0)
+        )
+    except RuntimeError as exc:
+        raise LocalUIError(f"could not write the sample dead letters to {dlq_topic}: {exc}") from exc
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -21,9 +21,11 @@ from airflow.triggers.shared_stream import SharedStreamManager
 from confluent_kafka import Producer
 
 from airflow_kerr.assets.watched import dead_letter_queue_asset, tolerance_asset
-from airflow_kerr.errors import ErrorContext, HeaderFormat, SourceRecord, Stage, TaskId, build_dead_letter_record
+from airflow_kerr.errors import SourceRecord, Stage
 from airflow_kerr.errors.metrics import ErrorMetrics
 from airflow_kerr.kafka.offsets import group_offsets
+from airflow_kerr.local.dead_letters import Failure
+from airflow_kerr.local.dead_letters import write_dead_letters as write_failures
 from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
 
 POLL_S = 0.2
@@ -37,22 +39,16 @@ def kafka_connection(kafka_config: dict[str, Any], monkeypatch: pytest.MonkeyPat
 
 def write_dead_letters(kafka_config: dict[str, Any], dlq: str, count: int, *errors: Exception) -> None:
     """``count`` DLQ records in Connect's format, flushed together; they failed with ``errors`` in turn."""
-    producer = Producer(kafka_config)
-    for offset in range(count):
-        error = errors[offset % len(errors)]
-        record = SourceRecord("orders", 0, offset, int(time.time() * 1000), key=b"k", value=b"{bad")
-        context = ErrorContext(
-            task=TaskId("orders", 0),
-            stage=Stage.VALUE_CONVERTER,
-            executing_class="airflow_kerr.spark.stages.JsonConverter",
-            error=error,
-            record=record,
+    now_ms = int(time.time() * 1000)
+    failures = [
+        Failure(
+            SourceRecord("orders", 0, o, now_ms, key=b"k", value=b"{bad"),
+            Stage.VALUE_CONVERTER,
+            errors[o % len(errors)],
         )
-        letter = build_dead_letter_record(
-            context, topic=dlq, header_format=HeaderFormat.CONNECT, context_headers=True, copy_record=True
-        )
-        producer.produce(**letter.produce_kwargs())
-    assert producer.flush(10) == 0
+        for o in range(count)
+    ]
+    assert write_failures(kafka_config, dlq, failures) == count
 
 
 def write_task_metrics(kafka_config: dict[str, Any], topic: str, pipeline: str, records_in: int, errors: int) -> None:

@@ -18,21 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from airflow_kerr.assets.watched import tolerance_asset
-from airflow_kerr.errors import (
-    ErrorContext,
-    HeaderFormat,
-    RetriableError,
-    SourceRecord,
-    Stage,
-    TaskId,
-    build_dead_letter_record,
-)
+from airflow_kerr.errors import RetriableError, SourceRecord, Stage
 from airflow_kerr.examples.orders_tolerance import ORDERS_TOLERANCE
 from airflow_kerr.kafka.offsets import group_offsets, read_to_end
 from airflow_kerr.local.broker import ensure_topics, free_port
+from airflow_kerr.local.dead_letters import Failure
+from airflow_kerr.local.dead_letters import write_dead_letters as write_failures
 from airflow_kerr.local.demo import AlertReceiver
 from airflow_kerr.local.orders_example import CONNECTOR
 from airflow_kerr.local.ui import LocalUI, pid_alive, process_tree, start_local_ui
@@ -205,18 +198,9 @@ def test_the_opt_in_auto_replay_puts_back_only_retriable_dead_letters_as_they_la
 
 def write_dead_letters(config: dict[str, Any], dlq: str, source: str, errors: list[Exception]) -> None:
     """One DLQ record per error, in Connect's format, for records of ``source`` with values ``order-<i>``."""
-    producer = Producer(config)
-    for offset, error in enumerate(errors):
-        record = SourceRecord(source, 0, offset, int(time.time() * 1000), key=b"k", value=f"order-{offset}".encode())
-        context = ErrorContext(
-            task=TaskId("orders", 0),
-            stage=Stage.TRANSFORMATION,
-            executing_class="airflow_kerr.examples.orders.enrich_order",
-            error=error,
-            record=record,
-        )
-        letter = build_dead_letter_record(
-            context, topic=dlq, header_format=HeaderFormat.CONNECT, context_headers=True, copy_record=True
-        )
-        producer.produce(**letter.produce_kwargs())
-    assert producer.flush(10) == 0
+    now_ms = int(time.time() * 1000)
+    failures = [
+        Failure(SourceRecord(source, 0, o, now_ms, key=b"k", value=f"order-{o}".encode()), Stage.TRANSFORMATION, error)
+        for o, error in enumerate(errors)
+    ]
+    assert write_failures(config, dlq, failures) == len(errors)

@@ -21,11 +21,12 @@ import pytest
 from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
 from confluent_kafka import Producer
 
-from airflow_kerr.errors import ErrorContext, ErrorMetrics, SourceRecord, Stage, TaskId, build_dead_letter_record
-from airflow_kerr.errors.config import HeaderFormat
+from airflow_kerr.errors import ErrorMetrics, SourceRecord, Stage
 from airflow_kerr.examples.orders import generate_orders
 from airflow_kerr.kafka.metrics_topic import InputRange, input_range_fields, read_metrics_records
 from airflow_kerr.kafka.tolerance import ToleranceWatch, metrics_window
+from airflow_kerr.local.dead_letters import Failure
+from airflow_kerr.local.dead_letters import write_dead_letters as write_failures
 from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.sensors.dead_letter_queue import DeadLetterQueueSensor
 from airflow_kerr.sensors.tolerance import ToleranceSensor
@@ -43,25 +44,16 @@ def kafka_connection(kafka_config: dict[str, Any], monkeypatch: pytest.MonkeyPat
 
 
 def write_dead_letters(kafka_config: dict[str, Any], dlq: str, source: str, count: int) -> None:
-    """DLQ records in Connect's format, as the job writes them, built with the core."""
-    producer = Producer(kafka_config)
-    for offset in range(count):
-        record = SourceRecord(source, 0, offset, 1_795_250_000_000 + offset, key=b"k", value=b"{bad")
-        try:
-            json.loads(b"{bad")
-        except ValueError as error:
-            context = ErrorContext(
-                task=TaskId("orders", 0),
-                stage=Stage.VALUE_CONVERTER,
-                executing_class="airflow_kerr.spark.stages.JsonConverter",
-                error=error,
-                record=record,
-            )
-        letter = build_dead_letter_record(
-            context, topic=dlq, header_format=HeaderFormat.CONNECT, context_headers=True, copy_record=True
-        )
-        producer.produce(**letter.produce_kwargs())
-    assert producer.flush(10) == 0
+    """``count`` records of ``source`` that failed to parse as JSON, in the DLQ as the job writes them."""
+    try:
+        json.loads(b"{bad")
+    except ValueError as error:
+        malformed = error
+    records = (SourceRecord(source, 0, o, 1_795_250_000_000 + o, key=b"k", value=b"{bad") for o in range(count))
+    failures = (
+        Failure(r, Stage.VALUE_CONVERTER, malformed, "airflow_kerr.spark.stages.JsonConverter") for r in records
+    )
+    assert write_failures(kafka_config, dlq, failures) == count
 
 
 def poke_once(sensor: Any) -> Any:
