@@ -30,3 +30,19 @@ def test_the_readme_dag_file_loads_in_a_dagbag(tmp_path: Path) -> None:
 
     assert bag.import_errors == {}
     assert bag.dag_ids, "the README's DAG file defines no DAG"
+
+
+def test_the_readme_event_driven_dag_file_loads_in_a_dagbag(tmp_path: Path) -> None:
+    """The complete event-driven DAG file under "Event-driven DAGs" (parsed with tests' kafka_default connection)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    section = README.read_text().split("## Event-driven DAGs", 1)[1]
+    dag_file = tmp_path / "readme_event_dag.py"
+    dag_file.write_text(first_python_block(section))
+
+    bag = DagBag(dag_folder=str(dag_file))
+
+    assert bag.import_errors == {}
+    assert bag.dag_ids == ["orders_on_breach"]
+    watcher = bag.dags["orders_on_breach"].timetable.asset_condition
+    assert "event=breach" in str(watcher)
