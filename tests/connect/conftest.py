@@ -337,15 +337,33 @@ class RealConnect:
             seen.update(_assignment(admin, f"connect-{name}"))
             return task_id in seen.get(task_id, [])
 
-        try:
-            _wait_until(reads_its_partition, timeout_s=60)
-        except pytest.fail.Exception:
+        for _ in range(REJOIN_NUDGES):
+            try:
+                _wait_until(reads_its_partition, timeout_s=20)
+                break
+            except pytest.fail.Exception:
+                self.nudge_rebalance(name, task_id)
+        else:
             status = self.status(name)
             pytest.fail(f"task {task_id} never read partition {task_id}: group assignment {seen}, status {status}")
         producer = Producer(self.producer_config)
         producer.produce(self.topic_of(name), value=MALFORMED_VALUE, partition=task_id)
         producer.flush(10)
         return _wait_until(lambda: (s := self.status(name))["tasks"][task_id]["state"] == "FAILED" and s)
+
+    def nudge_rebalance(self, name: str, task_id: int) -> None:
+        """Restart ``task_id`` and every task the broker failed, so the group rebalances again.
+
+        noida-db 0.2.3, when members rejoin within milliseconds of each other, may hold a
+        rebalance open for a member that left (see QUICK_REJOIN) or answer a member's SyncGroup
+        with an empty assignment, which fails that task with Kafka's "insufficient bytes
+        available to read assignment". Neither is the Connect behaviour a test is about.
+        """
+        tasks = self.status(name)["tasks"]
+        failed_by_broker = [t["id"] for t in tasks if BROKER_SYNC_DEFECT in str(t.get("trace", ""))]
+        with self._http() as client:
+            for task in sorted({task_id, *failed_by_broker}):
+                client.post(f"/connectors/{name}/tasks/{task}/restart")
 
     def tolerance_file(self, name: str) -> Path:
         return self.config_dir / f"{name}.properties"
@@ -416,16 +434,19 @@ def _assignment(admin: Any, group: str) -> dict[int, list[int]]:
     return result
 
 
-#: The sinks' consumers give up on a member that does not rejoin after seconds, not minutes. When tasks are
-#: restarted within a few hundred milliseconds of each other, noida-db 0.2.3 has been seen to hold the group's
-#: rebalance open for a member that already left; the rebalance then lasts ``max.poll.interval.ms``
-#: (Connect's default: 5 minutes) and no task reads anything meanwhile. Connect's default client override
-#: policy (``All``) lets a connector set these.
-QUICK_REJOIN = {
-    "consumer.override.max.poll.interval.ms": "10000",
-    "consumer.override.session.timeout.ms": "6000",
-    "consumer.override.heartbeat.interval.ms": "1000",
-}
+#: A rebalance of a sink's group is given seconds, not minutes. When tasks are restarted within a few
+#: hundred milliseconds of each other, noida-db 0.2.3 has been seen to leave the group without members or
+#: assignment for minutes while every task reads RUNNING: it holds the rebalance open for a member that
+#: already left, up to the rebalance timeout, which is ``max.poll.interval.ms`` (Connect's default: 5
+#: minutes). The session timeout stays at its default, so a task starved of CPU is not taken as gone.
+#: Connect's default client override policy (``All``) lets a connector set this.
+QUICK_REJOIN = {"consumer.override.max.poll.interval.ms": "20000"}
+
+#: How many times fail_task restarts a task whose consumer does not get its partition within 20 s.
+REJOIN_NUDGES = 3
+
+#: What Kafka's consumer says when the broker's SyncGroup answer holds no assignment for it.
+BROKER_SYNC_DEFECT = "insufficient bytes available to read assignment"
 
 
 @pytest.fixture

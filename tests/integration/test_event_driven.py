@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from airflow_kerr.assets.watched import tolerance_asset
@@ -71,22 +72,31 @@ class EventStack:
             return str(response.json()["dag_run_id"])
 
     def runs(self, dag_id: str) -> list[dict[str, Any]]:
-        with self.ui.api() as api:
-            found: list[dict[str, Any]] = api.get(f"/dags/{dag_id}/dagRuns", params={"order_by": "run_after"}).json()[
-                "dag_runs"
-            ]
-            return found
+        found = self.answer(lambda api: api.get(f"/dags/{dag_id}/dagRuns", params={"order_by": "run_after"}), None)
+        return list(found["dag_runs"])
 
     def wait_for_run(self, dag_id: str, run_id: str) -> None:
         deadline = time.monotonic() + RUN_TIMEOUT_S
-        with self.ui.api() as api:
-            while True:
-                state = api.get(f"/dags/{dag_id}/dagRuns/{run_id}").raise_for_status().json()["state"]
-                if state == "success":
-                    return
-                if state == "failed" or time.monotonic() > deadline:
-                    pytest.fail(f"{dag_id} run {run_id} is {state}; Airflow log:\n{self.ui.log_tail(60)}")
-                time.sleep(2)
+        state = "unknown"
+        while True:
+            state = self.answer(lambda api: api.get(f"/dags/{dag_id}/dagRuns/{run_id}"), state)["state"]
+            if state == "success":
+                return
+            if state == "failed" or time.monotonic() > deadline:
+                pytest.fail(f"{dag_id} run {run_id} is {state}; Airflow log:\n{self.ui.log_tail(60)}")
+            time.sleep(2)
+
+    def answer(self, request: Callable[[Any], Any], default: Any) -> Any:
+        """The JSON of one API request, or ``{"state": default}`` when the api-server is too busy to answer.
+
+        While the Spark job runs, both cores are taken and the api-server may not answer a
+        poll within its timeout; the next poll asks again, the caller's deadline decides.
+        """
+        try:
+            with self.ui.api(timeout_s=60) as api:
+                return request(api).raise_for_status().json()
+        except httpx.TimeoutException:
+            return {"state": default, "dag_runs": []}
 
 
 def wait_for(description: str, condition: Callable[[], Any], timeout_s: float, stack: EventStack) -> Any:
