@@ -246,13 +246,15 @@ def test_restart_only_failed_restarts_only_failed_instances(
     assert states(body) == ("RUNNING", ["RUNNING", "RESTARTING"]), "KIP-745: the connector is not FAILED"
     wait_until(lambda: states(status(http, name)) == ("RUNNING", ["RUNNING", "RUNNING"]))
 
-    connect.fail_connector(name)  # leaves the tolerance at none again
-    assert http.post(f"/connectors/{name}/tasks/0/restart").status_code == 204  # task 0 reads with none again
-    connect.fail_task(name, 0)
-    response = http.post(f"/connectors/{name}/restart", params={"onlyFailed": "true"})
+    # A failed connector instance beside a failed task, on a second one-task sink: with one member its group has
+    # no rebalance in which noida-db could hand the other task an empty assignment (see BROKER_SYNC_DEFECT).
+    other, _ = sink()
+    connect.fail_connector(other)
+    connect.fail_task(other, 0)
+    response = http.post(f"/connectors/{other}/restart", params={"onlyFailed": "true"})
     assert response.status_code == 202
-    assert states(response.json()) == ("RESTARTING", ["FAILED", "RUNNING"]), "tasks only with includeTasks"
-    wait_until(lambda: states(status(http, name)) == ("RUNNING", ["FAILED", "RUNNING"]))
+    assert states(response.json()) == ("RESTARTING", ["FAILED"]), "tasks only with includeTasks"
+    wait_until(lambda: states(status(http, other)) == ("RUNNING", ["FAILED"]))
 
 
 def test_restart_keeps_a_paused_connector_paused(
