@@ -16,6 +16,7 @@ from datetime import timedelta
 from airflow.sdk import Asset, AssetWatcher
 
 from airflow_kerr.assets.kafka import bootstrap_server, kafka_uri
+from airflow_kerr.kafka.tolerance import seconds
 from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
 from airflow_kerr.triggers.tolerance_events import FIRE_ON, ToleranceEventTrigger
 
@@ -79,7 +80,7 @@ def tolerance_asset(
     """
     if event not in FIRE_ON:
         raise ValueError(f"event={event!r}: expected {' or '.join(FIRE_ON)}")
-    window_s = window.total_seconds() if isinstance(window, timedelta) else float(window)
+    window_s = seconds(window)
     watch = {
         "window_ms": int(window_s * 1000),
         "max_error_rate": max_error_rate,

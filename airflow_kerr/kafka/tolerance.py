@@ -22,6 +22,11 @@ WAIT_FOR = ("breach", "recovery")
 SOURCES = ("metrics", "dlq")
 
 
+def seconds(value: timedelta | float) -> float:
+    """A duration given as a ``timedelta`` or as seconds, in seconds."""
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
 def watch_problems(
     *,
     wait_for: str,
@@ -36,7 +41,7 @@ def watch_problems(
     group_id: str | None,
 ) -> list[str]:
     """What is wrong with a tolerance watch's settings, one line per problem naming the key and the value."""
-    window_s = window.total_seconds() if isinstance(window, timedelta) else float(window)
+    window_s = seconds(window)
     problems = []
     if wait_for not in WAIT_FOR:
         problems.append(f"wait_for={wait_for!r}: expected one of {', '.join(WAIT_FOR)}")

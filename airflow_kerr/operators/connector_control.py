@@ -31,6 +31,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_kerr.connect.errors import TRANSIENT_ERRORS, ConnectorStateTimeout, KafkaConnectError
 from airflow_kerr.connect.status import ConnectorTarget, StatusWatch, describe, failed_instances, first_line
 from airflow_kerr.hooks.kafka_connect import DEFAULT_REBALANCE_RETRY_BUDGET_S, KafkaConnectHook
+from airflow_kerr.kafka.tolerance import seconds
 from airflow_kerr.triggers.base import defer_until_deadline
 from airflow_kerr.triggers.connector_state import ConnectorStateTrigger
 
@@ -38,10 +39,10 @@ _RESTART_HINT = "Restart it with RestartConnectorOperator(include_tasks=True, on
 
 
 def _seconds(value: timedelta | float, name: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds <= 0:
+    duration = seconds(value)
+    if duration <= 0:
         raise ValueError(f"{name} must be positive, not {value!r}")
-    return seconds
+    return duration
 
 
 def _state_kept_by_restart(status: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
-from airflow_kerr.kafka.tolerance import ToleranceWatch, reading_with_limits, watch_problems
+from airflow_kerr.kafka.tolerance import ToleranceWatch, reading_with_limits, seconds, watch_problems
 from airflow_kerr.triggers.base import defer_sensor
 from airflow_kerr.triggers.tolerance import ToleranceTrigger
 
@@ -53,7 +53,7 @@ class ToleranceSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        window_s = window.total_seconds() if isinstance(window, timedelta) else float(window)
+        window_s = seconds(window)
         problems = watch_problems(
             wait_for=wait_for,
             source=source,

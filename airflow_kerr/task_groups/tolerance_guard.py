@@ -15,6 +15,7 @@ from typing import Any
 from airflow.sdk import TaskGroup, task
 
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
+from airflow_kerr.kafka.tolerance import seconds
 from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.operators.connector_control import PauseConnectorOperator, ResumeConnectorOperator
 from airflow_kerr.sensors.connector_state import ConnectorStateSensor
@@ -63,10 +64,7 @@ def tolerance_guard(
             f"with source='dlq'; group_id ({group_id!r}) is the TaskGroup's id"
         )
     names = [connectors] if isinstance(connectors, str) else list(connectors)
-    timeouts = {
-        name: value.total_seconds() if isinstance(value, timedelta) else float(value)
-        for name, value in (("breach", breach_timeout), ("recovery", recovery_timeout))
-    }
+    timeouts = {name: seconds(value) for name, value in (("breach", breach_timeout), ("recovery", recovery_timeout))}
     watch: dict[str, Any] = {
         "kafka_config_id": kafka_config_id,
         "pipeline": pipeline,
