@@ -30,8 +30,10 @@ class ToleranceBreachNotifier(BaseNotifier):
     The reading comes from ``reading`` or from the XCom of ``breach_task_id`` (a
     :class:`~airflow_kerr.sensors.tolerance.ToleranceSensor`); the sample of failed
     records from ``sample`` or the XCom of ``dlq_task_id`` (a
-    :class:`~airflow_kerr.sensors.dead_letter_queue.DeadLetterQueueSensor`). Use it
-    as ``on_failure_callback=ToleranceBreachNotifier(...)`` or call
+    :class:`~airflow_kerr.sensors.dead_letter_queue.DeadLetterQueueSensor`).
+    ``sample_error`` says why a caller that read the DLQ itself has no sample (the
+    alert then says so instead of leaving the reader to guess why no exceptions are
+    named). Use it as ``on_failure_callback=ToleranceBreachNotifier(...)`` or call
     ``notify(context)`` inside a task.
     """
 
@@ -49,6 +51,7 @@ class ToleranceBreachNotifier(BaseNotifier):
         dlq_task_id: str | None = None,
         reading: Mapping[str, Any] | None = None,
         sample: Sequence[Mapping[str, Any]] | None = None,
+        sample_error: str | None = None,
         webhook_attempts: int = 3,
         webhook_timeout_s: float = 10.0,
         webhook_backoff_s: float = 1.0,
@@ -63,6 +66,7 @@ class ToleranceBreachNotifier(BaseNotifier):
         self.dlq_task_id = dlq_task_id
         self.reading = dict(reading) if reading else None
         self.sample = [dict(item) for item in sample] if sample else None
+        self.sample_error = sample_error
         self.webhook_attempts = max(1, webhook_attempts)
         self.webhook_timeout_s = webhook_timeout_s
         self.webhook_backoff_s = webhook_backoff_s
@@ -98,6 +102,8 @@ class ToleranceBreachNotifier(BaseNotifier):
                 s.get("exception_class") for s in sample if s.get("exception_class")
             ).most_common(3),
             "top_stages": Counter(s.get("stage") for s in sample if s.get("stage")).most_common(3),
+            "sample_size": len(sample),
+            "sample_error": None if sample else self.sample_error,
             "dag_id": getattr(dag_run, "dag_id", None) or getattr(ti, "dag_id", None),
             "run_id": getattr(dag_run, "run_id", None) or getattr(ti, "run_id", None),
             "task_id": getattr(ti, "task_id", None),
@@ -119,8 +125,23 @@ class ToleranceBreachNotifier(BaseNotifier):
             )
         if details["top_stages"]:
             lines.append("Failing stages: " + ", ".join(f"{name} ({n})" for name, n in details["top_stages"]))
+        counted = bool(details["top_exception_classes"] or details["top_stages"])
+        if details.get("sample_error"):
+            lines.append(
+                f"Top exceptions and failing stages unknown: the dead letter sample could not be read from "
+                f"{details['dlq_topic'] or 'the DLQ'}: {details['sample_error']}"
+            )
+        elif details.get("sample_size") and not counted:
+            # Connect's default writes dead letters without their error context: say so, or the
+            # missing lines look like a bug of the alert rather than a setting of the job.
+            lines.append(
+                f"Top exceptions and failing stages unknown: the newest {details['sample_size']} dead letters "
+                "carry no error context (errors.deadletterqueue.context.headers.enable=true adds it)"
+            )
         if details["dlq_topic"]:
-            lines.append(f"Dead letter queue: {details['dlq_topic']}")
+            # The counts above are of a bounded sample, not of the whole DLQ: say which.
+            of = f" (counts above: its newest {details['sample_size']} dead letters)" if counted else ""
+            lines.append(f"Dead letter queue: {details['dlq_topic']}{of}")
         if details["link"]:
             lines.append(f"Run: {details['link']}")
         return "\n".join(lines)

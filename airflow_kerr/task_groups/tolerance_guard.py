@@ -4,6 +4,11 @@ wait for a breach → pause the connector(s) → notify → wait for recovery (o
 manual go-ahead given as a DAG param) → resume → verify RUNNING. Connector
 watchdogs react only to a FAILED task; this reacts to the error rate before
 anything fails, and undoes itself once the pipeline is healthy again.
+
+The alert quotes the DLQ's newest dead letters (top exception classes, failing
+stages), read the way the event-driven breach reads them
+(:func:`~airflow_kerr.kafka.dead_letters.latest_dead_letters`), so both alerts say
+the same about the same DLQ.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from typing import Any
 
 from airflow.sdk import TaskGroup, task
 
+from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
+from airflow_kerr.kafka.dead_letters import latest_dead_letters
 from airflow_kerr.kafka.tolerance import seconds
 from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.operators.connector_control import PauseConnectorOperator, ResumeConnectorOperator
@@ -22,6 +29,27 @@ from airflow_kerr.sensors.connector_state import ConnectorStateSensor
 from airflow_kerr.sensors.tolerance import ToleranceSensor
 
 GO_AHEAD_PARAM = "resume_without_recovery"
+#: How many of the DLQ's newest dead letters the alert counts: as many as the event-driven breach quotes.
+SAMPLE_SIZE = 20
+
+
+def dead_letter_sample(
+    kafka_config_id: str, dlq_topic: str | None, count: int = SAMPLE_SIZE
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The newest ``count`` dead letters of ``dlq_topic`` for the alert, or none and why they could not be read.
+
+    A bounded read with no consumer group (nothing is committed, nobody's lag moves).
+    Any failure, the connection's included, becomes the reason the alert prints: the
+    person paged should learn that the sample is missing and why, and the alert must go
+    out all the same. No ``dlq_topic``: no sample, and nothing to explain.
+    """
+    if not dlq_topic:
+        return [], None
+    try:
+        config = KafkaClusterHook(kafka_config_id=kafka_config_id).client_config()
+        return latest_dead_letters(config, dlq_topic, count), None
+    except Exception as exc:  # librdkafka, the hook and the parser raise many unrelated types
+        return [], f"{type(exc).__name__}: {exc}"
 
 
 def tolerance_guard(
@@ -92,7 +120,7 @@ def tolerance_guard(
 
         @task(task_id="notify")
         def notify(**context: Any) -> dict[str, Any]:
-            """Send the breach alert; a notification failure never fails the guard."""
+            """Alert with the DLQ's newest dead letters quoted; a notification failure never fails the guard."""
             notifier_task = ToleranceBreachNotifier(
                 pipeline=pipeline,
                 dlq_topic=dlq_topic,
@@ -100,6 +128,12 @@ def tolerance_guard(
                 **dict(notifier or {}),
             )
             notifier_task.render_template_fields(context)  # type: ignore[arg-type]
+            # The rendered topic: a templated dlq_topic is read as the sensors read it.
+            sample, problem = dead_letter_sample(kafka_config_id, notifier_task.dlq_topic)
+            if problem:
+                notifier_task.log.warning("no dead-letter sample from %s: %s", notifier_task.dlq_topic, problem)
+            notifier_task.sample = notifier_task.sample or sample
+            notifier_task.sample_error = None if notifier_task.sample else problem
             details = notifier_task.details(context)  # type: ignore[arg-type]
             notifier_task.send(details)
             return details

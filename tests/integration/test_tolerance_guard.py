@@ -1,5 +1,5 @@
-"""The closed loop: a breach in the real job's metrics pauses a real Kafka Connect sink, alerts,
-and resumes it after recovery."""
+"""The closed loop: a breach in the real job's metrics pauses a real Kafka Connect sink, alerts
+(quoting the DLQ's newest dead letters, or saying why it could not), and resumes it after recovery."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
+from confluent_kafka import Producer
 
+from airflow_kerr.errors import ErrorMetrics
 from airflow_kerr.examples.orders import generate_orders
 from airflow_kerr.local.connect_worker import ConnectWorker, connector_config
 from airflow_kerr.spark.job import run_job
@@ -132,7 +134,12 @@ def test_breach_pauses_alerts_and_recovery_resumes(
             "sink": {"kind": "kafka", "topic": f"{topic}.clean"},
             "kafka": kafka_config,
             "metrics_topic": f"{topic}.metrics",
-            "errors": {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": f"{topic}.dlq"},
+            "errors": {
+                "errors.tolerance": "all",
+                "errors.deadletterqueue.topic.name": f"{topic}.dlq",
+                # The error context the alert's top exceptions and stages are read from.
+                "errors.deadletterqueue.context.headers.enable": True,
+            },
         }
     )
     url, received = webhook
@@ -157,7 +164,8 @@ def test_breach_pauses_alerts_and_recovery_resumes(
     def pipeline_runs() -> None:
         try:
             time.sleep(2 * POKE_INTERVAL_S)
-            generate_orders(kafka_config, topic, 300, malformed_every=0, invalid_every=4, flaky_every=0)
+            # Every fourth order is cut-short JSON: the DLQ's newest 20 are all the value converter's.
+            generate_orders(kafka_config, topic, 300, malformed_every=4, invalid_every=0, flaky_every=0)
             run_job(spark, spec, run_id="poisoned")
             timeline["breach"] = time.time()
             deadline = time.time() + 120
@@ -184,7 +192,7 @@ def test_breach_pauses_alerts_and_recovery_resumes(
     httpx.delete(f"{connect.url}/connectors/{sink.name}", timeout=30)
     (alert,) = received
     assert alert["kerr"]["pipeline"] == "guarded"
-    # One poisoned order in four; the guard may trip on the first Spark task's metrics
+    # One malformed order in four; the guard may trip on the first Spark task's metrics
     # before the second task has published its own, so the reading covers >= 100 records.
     details = alert["kerr"]
     assert details["records_in"] >= 100 and details["errors"] >= 20
@@ -193,3 +201,79 @@ def test_breach_pauses_alerts_and_recovery_resumes(
     assert details["max_error_rate"] == 0.05
     assert details["dlq_topic"] == f"{topic}.dlq"
     assert alert["text"].startswith("Tolerance breached in pipeline guarded: error rate ")
+    # What the person paged reads: the DLQ's newest 20 dead letters (each Spark task flushes its
+    # dead letters before its metrics, so at least one task's ~37 are there when the guard trips).
+    text = alert["blocks"][0]["text"]["text"]
+    assert "Top exceptions: json.decoder.JSONDecodeError (20)" in text, text
+    assert "Failing stages: VALUE_CONVERTER (20)" in text, text
+    assert f"Dead letter queue: {topic}.dlq (counts above: its newest 20 dead letters)" in text, text
+    assert details["top_exception_classes"] == [["json.decoder.JSONDecodeError", 20]]
+    assert details["sample_error"] is None
+
+
+def write_task_metrics(kafka_config: dict[str, Any], topic: str, pipeline: str, records_in: int, errors: int) -> None:
+    """The task metrics record the error-aware job publishes after a batch (no Spark needed for a reading)."""
+    now_ms = int(time.time() * 1000)
+    counters = ErrorMetrics(
+        total_record_failures=errors, total_record_errors=errors, total_records_skipped=errors, records_in=records_in
+    )
+    record = {
+        **counters.to_record(
+            pipeline=pipeline, task=0, run_id=f"r{now_ms}", window_start_ms=now_ms - 100, window_end_ms=now_ms
+        ),
+        "scope": "task",
+        "state": "success",
+    }
+    producer = Producer(kafka_config)
+    producer.produce(topic, key=pipeline.encode(), value=json.dumps(record).encode())
+    assert producer.flush(10) == 0
+
+
+def test_an_unreadable_dlq_still_alerts_and_says_why_the_sample_is_missing(
+    kafka_config: dict[str, Any],
+    create_topic: Callable[..., str],
+    unique_topic: str,
+    connect: ConnectWorker,
+    webhook: tuple[str, list[Any]],
+    run_dag: Callable[..., dict[str, str | None]],
+    monkeypatch: pytest.MonkeyPatch,
+    write_dag: Callable[[str, str], Any],
+) -> None:
+    """The DLQ topic was never created: the guard pauses, alerts with the reason, and resumes on the go-ahead."""
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": kafka_config}))
+    metrics = create_topic(f"{unique_topic}.metrics")
+    sink = add_sink(connect, f"orders-sink-{unique_topic[-8:]}", create_topic(f"{unique_topic}.clean"))
+    missing_dlq = f"{unique_topic}.dlq"
+    write_task_metrics(kafka_config, metrics, "unreadable", records_in=200, errors=50)
+    url, received = webhook
+    dag = guard_dag(
+        write_dag,
+        f"guard_{unique_topic[-8:]}",
+        connectors=sink.name,
+        pipeline="unreadable",
+        metrics_topic=metrics,
+        dlq_topic=missing_dlq,
+        max_error_rate=0.05,
+        min_records=100,
+        window=60,
+        poke_interval=1,
+        breach_timeout=60,
+        recovery_timeout=60,
+        notifier={"webhook_url": url},
+    )
+
+    states = run_dag(dag, resume_without_recovery=True)
+    httpx.delete(f"{connect.url}/connectors/{sink.name}", timeout=30)
+
+    group = "tolerance_guard"
+    assert states[f"{group}.notify"] == "success" and states[f"{group}.verify_running"] == "success", states
+    assert states[f"{group}.wait_for_recovery"] == "skipped", states
+    (alert,) = received
+    text = alert["blocks"][0]["text"]["text"]
+    assert text.startswith("Tolerance breached in pipeline unreadable: error rate 25.00% (limit 5.00%)"), text
+    assert (
+        f"Top exceptions and failing stages unknown: the dead letter sample could not be read from {missing_dlq}: "
+        f"OffsetLookupError: topic {missing_dlq!r} is not available on the broker" in text
+    ), text
+    assert "Top exceptions:" not in text and "Failing stages:" not in text, text
+    assert alert["kerr"]["sample_error"].startswith("OffsetLookupError: "), alert["kerr"]

@@ -1,4 +1,5 @@
-"""tolerance_guard's arguments: the TaskGroup id and the Kafka consumer group cannot be mistaken for each other."""
+"""tolerance_guard's arguments (the TaskGroup id and the Kafka consumer group cannot be mistaken for each other),
+and what its alert says about the DLQ sample."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pendulum
 import pytest
 from airflow.sdk import DAG
 
+from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.sensors.tolerance import ToleranceSensor
-from airflow_kerr.task_groups.tolerance_guard import tolerance_guard
+from airflow_kerr.task_groups.tolerance_guard import dead_letter_sample, tolerance_guard
 
 DLQ_GUARD: dict[str, Any] = {
     "connectors": "orders-sink",
@@ -44,3 +46,52 @@ def test_a_dlq_guard_without_consumer_group_says_which_argument_is_missing() -> 
 def test_an_unknown_keyword_is_refused_by_name() -> None:
     with a_dag("guard_unknown"), pytest.raises(TypeError, match="unexpected keyword argument 'consumer_group_id'"):
         tolerance_guard(consumer_group_id="connect-orders-sink", **DLQ_GUARD)  # type: ignore[call-arg]
+
+
+READING = {"pipeline": "orders_pipeline", "error_rate": 0.1, "max_error_rate": 0.02, "errors": 50, "records_in": 500}
+
+
+def alert_text(**notifier: Any) -> str:
+    """The text the guard's alert carries for the reading above (the notifier as the guard's notify task sets it)."""
+    sender = ToleranceBreachNotifier(reading=READING, dlq_topic="orders.dlq", **notifier)
+    return sender.text(sender.details({}))
+
+
+def test_the_alert_names_the_top_exceptions_and_stages_of_the_sample_and_what_they_count() -> None:
+    sample = [{"exception_class": "json.decoder.JSONDecodeError", "stage": "VALUE_CONVERTER"}] * 3 + [
+        {"exception_class": "airflow_kerr.examples.orders.InvalidOrder", "stage": "TRANSFORMATION"}
+    ]
+
+    text = alert_text(sample=sample)
+
+    assert "Top exceptions: json.decoder.JSONDecodeError (3), airflow_kerr.examples.orders.InvalidOrder (1)" in text
+    assert "Failing stages: VALUE_CONVERTER (3), TRANSFORMATION (1)" in text
+    assert "Dead letter queue: orders.dlq (counts above: its newest 4 dead letters)" in text
+    assert "could not be read" not in text
+
+
+def test_an_alert_without_its_sample_says_why() -> None:
+    text = alert_text(sample_error="OffsetLookupError: topic 'orders.dlq' is not available on the broker")
+
+    assert (
+        "Top exceptions and failing stages unknown: the dead letter sample could not be read from orders.dlq: "
+        "OffsetLookupError: topic 'orders.dlq' is not available on the broker"
+    ) in text
+    assert "Top exceptions:" not in text
+    assert text.endswith("Dead letter queue: orders.dlq")
+
+
+def test_the_guard_reads_no_sample_without_a_dlq_and_names_a_missing_connection() -> None:
+    assert dead_letter_sample("kafka_default", None) == ([], None)
+    sample, problem = dead_letter_sample("kerr_no_such_connection", "orders.dlq")
+    assert sample == [] and problem is not None and "kerr_no_such_connection" in problem, problem
+
+
+def test_an_alert_whose_sample_has_no_error_context_says_which_setting_adds_it() -> None:
+    text = alert_text(sample=[{"exception_class": None, "stage": None}] * 20)
+
+    assert (
+        "Top exceptions and failing stages unknown: the newest 20 dead letters carry no error context "
+        "(errors.deadletterqueue.context.headers.enable=true adds it)"
+    ) in text
+    assert text.endswith("Dead letter queue: orders.dlq")
