@@ -9,6 +9,12 @@ own replay group, so ``dlq_replay`` still sees every record, and writes in Kafka
 transactions with the group's offsets: a record is replayed once even when a run is
 killed and the next one starts. At most 500 records per second, so a burst of dead
 letters does not flood the source topic.
+
+Triggered by hand (Trigger in the UI, no asset event), it replays the retriable dead
+letters waiting now, exactly as a run started by the asset does (the run reads no event:
+its replay group knows where it stopped). The trigger dialog's "Unpause dlq_auto_replay on
+trigger" box is ticked by default, so triggering it also opts in; untick it to replay once
+while it stays paused (Airflow starts that run only once the DAG is unpaused).
 """
 
 from __future__ import annotations

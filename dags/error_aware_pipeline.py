@@ -42,7 +42,8 @@ with DAG(
     catchup=False,
     tags=["kerr", "example"],
     params={
-        "orders": Param(2_000, type="integer", minimum=0, title="Orders to generate before the run"),
+        # minimum/maximum: the form's number inputs hold a typed value within them when the field loses focus.
+        "orders": Param(2_000, type="integer", minimum=0, maximum=1_000_000, title="Orders to generate before the run"),
         "malformed_every": Param(
             50, type="integer", minimum=0, title="Every Nth order is malformed JSON", description="0: none"
         ),

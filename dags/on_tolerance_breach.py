@@ -9,21 +9,34 @@ Variable ``kerr_alert_webhook`` (Slack incoming-webhook compatible), or to the t
 only when that is not set. ``on_tolerance_recovery.py`` resumes the connector; for the
 poll-based alternative (one DAG run that waits for a breach, then recovery) see
 ``tolerance_guard.py``.
+
+Triggered by hand (Trigger in the UI, no breach event), it is an emergency stop: it
+pauses ``orders-sink`` as asked, and the ``alert`` task is skipped with a log line saying
+the run was started by hand, because there is no breach reading to alert about (an alert
+would page people about a breach that was not measured). Resume the connector with
+``on_tolerance_recovery``, triggered by hand too.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pendulum
 from airflow.sdk import DAG, task
+from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_kerr.assets.events import alert_once_per_breach
+from airflow_kerr.assets.events import alert_once_per_breach, event_payloads
 from airflow_kerr.assets.watched import tolerance_asset
 from airflow_kerr.examples.orders_tolerance import ORDERS_CONNECTOR, ORDERS_TOLERANCE
 from airflow_kerr.operators.connector_control import PauseConnectorOperator
 
 BREACH = tolerance_asset(event="breach", **ORDERS_TOLERANCE)
+BY_HAND = (
+    "on_tolerance_breach was triggered by hand: no breach event came with this run, so there is no breach "
+    f"reading to alert about and no alert is sent; pause_connector pauses {ORDERS_CONNECTOR} as asked. "
+    "Resume it with on_tolerance_recovery."
+)
 
 with DAG(
     dag_id="on_tolerance_breach",
@@ -37,7 +50,11 @@ with DAG(
 
     @task(inlets=[BREACH])
     def alert(**context: Any) -> dict[str, Any] | None:
-        """One alert per breach, with the breach's reading and the DLQ's newest exceptions."""
+        """One alert per breach, with the breach's reading and the DLQ's newest exceptions; skipped when run by hand."""
+        events = context.get("triggering_asset_events") or {}
+        if not any(payload.get("status") == "breach" for payload in event_payloads(events)):
+            logging.getLogger(__name__).warning("%s", BY_HAND)
+            raise AirflowSkipException(BY_HAND)
         return alert_once_per_breach(context, BREACH, {"webhook_url": "{{ var.value.get('kerr_alert_webhook', '') }}"})
 
     alert()  # beside the pause, not after it: a failed pause is one more reason to alert

@@ -4,6 +4,12 @@ Nobody triggers this DAG: the watched recovery asset starts it, once a window of
 least 100 records is back under the limit after a breach (an idle pipeline is not taken
 as recovered). The watch settings are the breach DAG's (``on_tolerance_breach.py``), so
 both watchers share one state and a recovery always follows its breach.
+
+Triggered by hand (Trigger in the UI, no asset event), it does what its name says at
+once: resumes ``orders-sink`` and checks it runs. That is the way back after pausing the
+connector by hand with ``on_tolerance_breach``, or once the cause of a breach is fixed
+and waiting for the watcher's recovery window is not wanted. It reads nothing of the
+event, so there is nothing to miss.
 """
 
 from __future__ import annotations

@@ -25,8 +25,10 @@ with DAG(
     catchup=False,
     tags=["kerr", "smoke"],
     params={
-        "topic": Param("kerr.smoke.input", type="string", title="Topic to count"),
-        "result_topic": Param("kerr.smoke.result", type="string", title="Topic the count is written to"),
+        "topic": Param("kerr.smoke.input", type="string", minLength=1, maxLength=249, title="Topic to count"),
+        "result_topic": Param(
+            "kerr.smoke.result", type="string", minLength=1, maxLength=249, title="Topic the count is written to"
+        ),
     },
 ) as dag:
     count_records = SparkSubmitOperator(

@@ -5,6 +5,9 @@ least 100 records were seen) → pause ``orders-sink`` → alert → wait for re
 or resume at once when the trigger form's go-ahead box is ticked → resume →
 verify RUNNING. Trigger it when the pipeline starts; it ends once the connector
 runs again.
+
+Both form fields are optional, so it triggers with the form's defaults: the go-ahead box
+unticked, and no webhook (the alert goes to the task log only).
 """
 
 from __future__ import annotations
@@ -23,15 +26,17 @@ with DAG(
     catchup=False,
     tags=["kerr", "example"],
     params={
+        # "null" in each type keeps Airflow's form from marking the field required (it never sends null for a box).
         GO_AHEAD_PARAM: Param(
             False,
-            type="boolean",
+            type=["null", "boolean"],
             title="Resume without waiting for recovery",
             description="Tick to resume the connector right after the alert, e.g. once the cause is fixed upstream.",
         ),
         "webhook_url": Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],
+            maxLength=2048,
             title="Alert webhook",
             description="Slack incoming-webhook (or any JSON webhook) URL; empty sends the alert to the log only.",
         ),
@@ -46,5 +51,6 @@ with DAG(
         min_records=100,
         window=timedelta(minutes=5),
         poke_interval=15,
-        notifier={"webhook_url": "{{ params.webhook_url }}"},
+        # ``or ''``: an empty field is null, which would render as the text "None".
+        notifier={"webhook_url": "{{ params.webhook_url or '' }}"},
     )

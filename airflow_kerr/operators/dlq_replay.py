@@ -5,28 +5,40 @@ settings (when the DAG is parsed if nothing is templated, and again once rendere
 reads the Kafka settings from the apache-kafka provider's ``kafka`` connection, logs
 progress and a summary, pushes the summary to XCom, and turns ``on_kill`` into a
 graceful stop (the open transaction is aborted, nothing is half-committed).
+
+Bad settings (a regular expression that does not compile, an inverted range, a topic that
+does not exist...) fail the task before any record is read: each problem is one
+``invalid setting: <key>=<value>: <why>`` line at the top of the task log, and the task
+fails without retrying (:mod:`airflow_kerr.operators.settings_check`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.sdk import BaseOperator, Context, Param
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.operators.settings_check import fail_on_invalid_settings
 from airflow_kerr.operators.templating import is_templated
 from airflow_kerr.replay.engine import DlqReplay
 from airflow_kerr.replay.form import CONNECTION, REPLAY_FORM, REPLAY_SETTINGS
 from airflow_kerr.replay.options import DEFAULT_BATCH_SIZE, InvalidReplayOptions, ReplayOptions
-from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS
+from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, Action
 from airflow_kerr.replay.summary import ReplaySummary
 from airflow_kerr.replay.transactions import DEFAULT_TRANSACTION_TIMEOUT_S
 
 #: The operator's attribute for each replay setting: the setting's own name, except ``dry_run``, kept as
 #: ``dry_run_only`` because ``BaseOperator.dry_run`` is a method.
 ATTRIBUTES: dict[str, str] = {name: "dry_run_only" if name == "dry_run" else name for name in REPLAY_SETTINGS}
+
+
+def verb(action: Action, dry_run: bool) -> str:
+    """How the log names a decision: what was done (``replayed``), or in a dry run what would be (``would replay``)."""
+    done = {Action.REPLAY: "replayed", Action.PARK: "parked", Action.DROP: "dropped"}[action]
+    return f"would {action.value}" if dry_run else done
 
 
 def replay_form_params() -> dict[str, Param]:
@@ -53,6 +65,16 @@ class DeadLetterQueueReplayOperator(BaseOperator):
 
     Every setting is templated. Render Params as native objects
     (``render_template_as_native_obj=True``) so lists, numbers and ``None`` keep their types.
+
+    Returns (and so pushes to XCom as ``return_value``) :meth:`ReplaySummary.to_dict`. Its
+    counts never say a dry run wrote anything: a real run reports ``replayed``, ``parked``
+    and ``dropped`` with ``would_replay``, ``would_park`` and ``would_drop`` at 0; a dry run
+    reports the ``would_*`` counts with ``replayed``, ``parked`` and ``dropped`` at 0 (and
+    ``transactions`` 0, ``committed_offsets`` empty). Both carry ``dry_run``, ``status``,
+    ``scanned``, ``selected``, ``skipped`` and the ``breakdown`` rows (``action`` —
+    ``replay``, ``park`` or ``drop``, the decision either way —, ``topic``, ``stage``,
+    ``exception_class``, ``reason``, ``count``). The log says the same: "replayed 20" after a
+    real run, "would replay 20" after a dry run.
 
     :param dlq_topic: the DLQ topic to read.
     :param kafka_config_id: the apache-kafka provider's ``kafka`` connection.
@@ -155,7 +177,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         try:
             options = self.options()
         except InvalidReplayOptions as error:
-            raise AirflowFailException(str(error)) from error
+            self._fail(error)
         config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
         self._engine = DlqReplay(
             config,
@@ -166,8 +188,8 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         )
         try:
             summary = self._engine.run()
-        except InvalidReplayOptions as error:
-            raise AirflowFailException(str(error)) from error
+        except InvalidReplayOptions as error:  # a topic that does not exist: found before any record is read
+            self._fail(error)
         self._log_summary(summary)
         if summary.status == "stopped":
             raise AirflowException(
@@ -181,28 +203,38 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         if self._engine is not None:
             self._engine.stop()
 
+    def _fail(self, error: InvalidReplayOptions) -> NoReturn:
+        """One log line per bad setting, then fail without retrying (the message still lists them all)."""
+        fail_on_invalid_settings(self.log, "DLQ replay settings", error.problems, str(error))
+
     def _log_summary(self, summary: ReplaySummary) -> None:
-        verb = "would replay" if summary.dry_run else "replayed"
+        """The summary line, one line per breakdown row, parked examples and notes; a dry run says "would"."""
+        said = {action: verb(action, summary.dry_run) for action in (Action.REPLAY, Action.PARK, Action.DROP)}
+        ending = (
+            "nothing written or committed"
+            if summary.dry_run
+            else f"{summary.transactions} transactions, {summary.aborted_batches} aborted batches"
+        )
         self.log.info(
-            "%s %s: %d read, %d selected, %s %d, parked %d, dropped %d, skipped %d (status %s, %d transactions, "
-            "%d aborted batches)",
+            "%s %s: %d read, %d selected, %s %d, %s %d, %s %d, skipped %d (status %s, %s)",
             "DRY RUN" if summary.dry_run else "replay",
             summary.dlq_topic,
             summary.scanned,
             summary.selected,
-            verb,
-            summary.replayed,
-            summary.parked,
-            summary.dropped,
+            said[Action.REPLAY],
+            summary.decided(Action.REPLAY),
+            said[Action.PARK],
+            summary.decided(Action.PARK),
+            said[Action.DROP],
+            summary.decided(Action.DROP),
             summary.skipped,
             summary.status,
-            summary.transactions,
-            summary.aborted_batches,
+            ending,
         )
         for row in summary.to_dict()["breakdown"]:
             self.log.info(
-                "  %-6s %6d -> %s  stage=%s exception=%s%s",
-                row["action"],
+                "  %-12s %6d -> %s  stage=%s exception=%s%s",
+                verb(Action(row["action"]), summary.dry_run),
                 row["count"],
                 row["topic"] or "-",
                 row["stage"] or "-",
@@ -212,10 +244,16 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         for example in summary.park_examples:
             self.log.info("  %s %s", "would park" if summary.dry_run else "parked", example)
         if summary.parked > len(summary.park_examples):
-            self.log.info("  ... and %d more parked records", summary.parked - len(summary.park_examples))
+            self.log.info(
+                "  ... and %d more %s records",
+                summary.parked - len(summary.park_examples),
+                "would-be-parked" if summary.dry_run else "parked",
+            )
         for note in summary.notes:
             self.log.info("  note: %s", note)
-        if summary.status == "max_records":
+        if summary.status == "max_records" and summary.dry_run:
+            self.log.info("max_records reached; a dry run commits nothing, so the next run starts where this one did")
+        elif summary.status == "max_records":
             self.log.info("max_records reached; the next run continues from the committed offsets")
         elif summary.status == "idle":
             self.log.warning("the run ended before the planned end offsets: %s", "; ".join(summary.notes))

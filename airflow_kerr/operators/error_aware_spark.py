@@ -21,6 +21,7 @@ from airflow_kerr.errors.config import show_value
 from airflow_kerr.errors.metrics import DLQ_PRODUCE_REQUESTS
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.metrics_topic import run_summary
+from airflow_kerr.operators.settings_check import fail_on_invalid_settings
 from airflow_kerr.operators.templating import is_templated
 from airflow_kerr.spark import job
 from airflow_kerr.spark.spec import InvalidPipelineSpec, PipelineSpec
@@ -160,7 +161,10 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
                 CLUSTER_MODE_MESSAGE.format(where=f"the connection {self._conn_id!r} sets deploy-mode 'cluster'")
             )
         kafka_config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
-        spec = self.spec(kafka_config)
+        try:
+            spec = self.spec(kafka_config)
+        except InvalidPipelineSpec as error:  # rendered templates, or the connection's settings, are bad
+            fail_on_invalid_settings(self.log, "pipeline settings", error.problems, str(error))
         run_id = self.run_id(context)
         started_ms = int(time.time() * 1000)
         with tempfile.TemporaryDirectory(prefix="kerr-job-") as workdir:

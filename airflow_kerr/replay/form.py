@@ -7,6 +7,23 @@ arguments and the operator's ``template_fields`` are all built from
 :data:`REPLAY_FORM`, and a unit test holds its names to ``ReplayOptions.build``'s,
 so a new setting is written here once. Nothing here imports Airflow: the operator
 turns these into ``Param`` objects.
+
+How Airflow 3.3's trigger form reads these schemas, and so why they look as they do:
+
+- A field is *required* (a star, and Trigger disabled while it is empty) whenever its
+  ``type`` is set and does not include ``"null"``. Every setting that may be left unset
+  (texts, lists, the header object, the dry-run box) therefore has ``["null", ...]``, and
+  its default is valid. A field with a second non-null type would become a raw JSON box,
+  so each has one.
+- Before submit the form itself checks only: required fields, the JSON of list/object
+  fields, ``minimum``/``maximum`` of a number (the input raises a value below the minimum
+  to it when the field loses focus), ``maxLength`` of a text (the input takes no more
+  characters), ``enum`` and ``examples`` (a select) and ``format: date-time`` (a date
+  picker). ``pattern``, ``exclusiveMinimum`` and item schemas are checked only by the API
+  server on submit, which answers with jsonschema's full dump, so they are not used for
+  what the task can report in one readable line instead (topic names, regular
+  expressions, ranges, items): :meth:`ReplayOptions.build` checks those before any record
+  is read and the operator logs one line per problem.
 """
 
 from __future__ import annotations
@@ -22,6 +39,12 @@ FIX = "Fix"
 SAFETY = "Safety"
 PACING = "Pacing"
 STAGES = list(Stage.__members__)
+#: Kafka's longest topic name; the form's text inputs take no more characters.
+TOPIC_MAX_LENGTH = 249
+#: Airflow's longest connection id.
+CONN_ID_MAX_LENGTH = 250
+#: The slowest replay the form offers; the rate input raises a lower value to this when it loses focus.
+MIN_RECORDS_PER_SECOND = 1
 
 
 @dataclass(frozen=True)
@@ -37,15 +60,20 @@ class FormField:
 
 
 def _text(name: str, title: str, description: str, section: str, **schema: Any) -> FormField:
-    """An optional text setting: empty means unset."""
+    """An optional text setting: empty means unset (the form sends null, so the type allows it)."""
     return FormField(name, None, {"type": ["null", "string"], **schema}, title, description, section)
+
+
+def _topic_text(name: str, title: str, description: str, section: str) -> FormField:
+    """An optional topic name: no longer than Kafka allows, which the form's input enforces as you type."""
+    return _text(name, title, description, section, maxLength=TOPIC_MAX_LENGTH)
 
 
 #: The Kafka connection is a setting of the task, not of the replay: first in the form, not in ReplayOptions.
 CONNECTION = FormField(
     "kafka_config_id",
     "kafka_default",
-    {"type": "string"},
+    {"type": "string", "minLength": 1, "maxLength": CONN_ID_MAX_LENGTH},
     "Kafka connection",
     "A `kafka` connection; its extra JSON is the librdkafka configuration.",
     SOURCE,
@@ -55,7 +83,7 @@ REPLAY_FORM: tuple[FormField, ...] = (
     FormField(
         "dlq_topic",
         "orders.dlq",
-        {"type": "string", "minLength": 1},
+        {"type": "string", "minLength": 1, "maxLength": TOPIC_MAX_LENGTH},
         "DLQ topic",
         "The dead letter queue to replay (Kafka Connect, KIP-1191 or Kafka Streams headers).",
         SOURCE,
@@ -70,7 +98,7 @@ REPLAY_FORM: tuple[FormField, ...] = (
     FormField(
         "source_topics",
         [],
-        {"type": "array", "items": {"type": "string"}},
+        {"type": ["null", "array"], "items": {"type": "string"}},
         "Source topics",
         "Only records that failed on these topics (one per line). Empty: any topic.",
         SELECTION,
@@ -78,7 +106,7 @@ REPLAY_FORM: tuple[FormField, ...] = (
     FormField(
         "stages",
         [],
-        {"type": "array", "items": {"type": "string", "enum": STAGES}, "examples": STAGES},
+        {"type": ["null", "array"], "items": {"type": "string", "enum": STAGES}, "examples": STAGES},
         "Failed stages",
         "Only records that failed in these stages. Empty: any stage.",
         SELECTION,
@@ -116,7 +144,7 @@ REPLAY_FORM: tuple[FormField, ...] = (
     FormField(
         "header_match",
         {},
-        {"type": "object"},
+        {"type": ["null", "object"]},
         "Header match",
         'Only records carrying all these headers with these values, e.g. {"kind": "invalid"}.',
         SELECTION,
@@ -132,12 +160,13 @@ REPLAY_FORM: tuple[FormField, ...] = (
     FormField(
         "dry_run",
         True,
-        {"type": "boolean"},
+        # The box is always ticked or not; "null" only keeps the form from marking it required.
+        {"type": ["null", "boolean"]},
         "Dry run",
-        "Write and commit nothing; report what would be replayed. Untick to replay.",
+        "Write and commit nothing; report what would be replayed, parked and dropped. Untick to replay.",
         SAFETY,
     ),
-    _text(
+    _topic_text(
         "target_topic",
         "Target topic override",
         "Write every record here instead of the source topic named in its DLQ headers.",
@@ -158,7 +187,7 @@ REPLAY_FORM: tuple[FormField, ...] = (
         "A record that came back to the DLQ after this many replays is parked instead of looping.",
         SAFETY,
     ),
-    _text(
+    _topic_text(
         "parking_topic",
         "Parking topic",
         "Where records that must not go back are written, with a reason header. Default <DLQ topic>.parked "
@@ -177,9 +206,10 @@ REPLAY_FORM: tuple[FormField, ...] = (
     FormField(
         "max_records_per_second",
         500,
-        {"type": ["null", "number"], "exclusiveMinimum": 0},
+        {"type": ["null", "number"], "minimum": MIN_RECORDS_PER_SECOND},
         "Max records per second",
-        "Write rate limit. Empty: as fast as the cluster takes them.",
+        f"Write rate limit, at least {MIN_RECORDS_PER_SECOND} (a lower or negative value is raised to "
+        f"{MIN_RECORDS_PER_SECOND}). Empty: as fast as the cluster takes them.",
         PACING,
     ),
     FormField(

@@ -35,9 +35,23 @@ class ReplayPlan:
         return sum(max(0, self.end_offsets[p] - self.start_offsets[p]) for p in self.partitions)
 
 
+#: The reported counts of each action: what a real run did, and what a dry run would do.
+DONE = {Action.REPLAY: "replayed", Action.PARK: "parked", Action.DROP: "dropped"}
+WOULD = {Action.REPLAY: "would_replay", Action.PARK: "would_park", Action.DROP: "would_drop"}
+
+
 @dataclass
 class ReplaySummary:
-    """What a run did (or, in a dry run, would do), for the log and XCom."""
+    """What a run did (or, in a dry run, would do), for the log and XCom.
+
+    On this object ``replayed``, ``parked`` and ``dropped`` count the records decided for
+    each action as they settle (the engine's progress line reads them, in a dry run too);
+    only a real run carries the decisions out. What is reported (:meth:`to_dict`, the
+    XCom, the operator's log) never says a dry run replayed anything: there the decided
+    counts are ``would_replay``, ``would_park`` and ``would_drop``, and ``replayed``,
+    ``parked`` and ``dropped`` are 0. Both shapes carry every key, so a reader needs no
+    branch to find a count.
+    """
 
     run_id: str
     dlq_topic: str
@@ -78,8 +92,39 @@ class ReplaySummary:
                 self.dropped += n
         self.breakdown.update(counts.breakdown)
 
+    def decided(self, action: Action) -> int:
+        """Records decided for ``action`` so far (carried out only in a real run)."""
+        return {Action.REPLAY: self.replayed, Action.PARK: self.parked, Action.DROP: self.dropped}[action]
+
+    @property
+    def would_replay(self) -> int:
+        """Records a dry run would replay; 0 in a real run."""
+        return self.replayed if self.dry_run else 0
+
+    @property
+    def would_park(self) -> int:
+        """Records a dry run would park; 0 in a real run."""
+        return self.parked if self.dry_run else 0
+
+    @property
+    def would_drop(self) -> int:
+        """Records a dry run would drop; 0 in a real run."""
+        return self.dropped if self.dry_run else 0
+
+    def outcome(self) -> dict[str, int]:
+        """The reported counts: ``replayed``/``parked``/``dropped`` and ``would_*``, one set 0 as the mode says."""
+        done = {name: 0 if self.dry_run else self.decided(action) for action, name in DONE.items()}
+        would = {name: self.decided(action) if self.dry_run else 0 for action, name in WOULD.items()}
+        return {**done, **would}
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serializable form; ``breakdown`` rows count records by action, target, stage, exception and reason."""
+        """JSON-serializable form (the XCom); ``breakdown`` rows count records by action, target, stage, exception
+        and reason.
+
+        A row's ``action`` is the decision (``replay``, ``park``, ``drop``) in both modes;
+        ``dry_run`` says whether it was carried out. The counts of :meth:`outcome` replace
+        the object's decided counts, so a dry run reports ``replayed: 0`` and ``would_replay``.
+        """
         counts: Counter[tuple[str, ...]] = Counter()
         for parts, n in self.breakdown.items():
             counts[tuple("" if part is None else str(part) for part in parts)] += n
@@ -88,7 +133,14 @@ class ReplaySummary:
             for (a, t, s, e, r), n in sorted(counts.items(), key=lambda item: (item[0][0], -item[1], item[0]))
         ]
         rate = self.scanned / self.seconds if self.seconds > 0 else 0.0
-        data = {k: v for k, v in vars(self).items() if k != "breakdown"}
+        outcome = self.outcome()
+        data: dict[str, Any] = {}
+        for name, value in vars(self).items():
+            if name == "breakdown":
+                continue
+            data[name] = outcome.get(name, value)
+            if name == "dropped":  # the would_* counts beside the done ones
+                data.update({key: outcome[key] for key in WOULD.values()})
         for name in ("start_offsets", "end_offsets", "committed_offsets"):
             data[name] = {str(p): o for p, o in sorted(data[name].items())}
         return {**data, "records_per_second": round(rate, 1), "breakdown": rows}

@@ -188,7 +188,10 @@ def test_dry_run_writes_nothing_and_counts_by_target_stage_and_exception(
     summary = replay(kafka_config, dlq_topic=dlq, dry_run=True, max_records_per_second=1)
 
     assert summary.dry_run and summary.status == "completed" and summary.transactions == 0
-    assert (summary.selected, summary.replayed, summary.parked) == (18, 16, 2)
+    assert (summary.selected, summary.would_replay, summary.would_park) == (18, 16, 2)
+    reported = summary.to_dict()
+    assert (reported["would_replay"], reported["would_park"], reported["would_drop"]) == (16, 2, 0)
+    assert (reported["replayed"], reported["parked"], reported["dropped"]) == (0, 0, 0), "a dry run writes nothing"
     rows = {
         (r["action"], r["topic"], r["stage"], r["exception_class"]): r["count"] for r in summary.to_dict()["breakdown"]
     }

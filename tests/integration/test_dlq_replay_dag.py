@@ -219,6 +219,7 @@ def test_the_summary_is_returned_for_xcom_and_on_kill_stops_gracefully(
     summary = DeadLetterQueueReplayOperator(task_id="replay", dlq_topic=dlq_topic).execute({})
 
     assert summary["status"] == "completed" and summary["replayed"] == 20 - stopped_at
+    assert (summary["would_replay"], summary["would_park"], summary["would_drop"]) == (0, 0, 0), "a real run"
     assert summary["committed_offsets"] == {"0": 20}
     assert summary["breakdown"] == [
         {

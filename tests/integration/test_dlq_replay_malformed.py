@@ -67,12 +67,15 @@ def test_a_dry_run_reports_each_malformed_record_as_would_park(
         kafka_config, ReplayOptions.build(dlq_topic=dlq_topic, dry_run=True), run_id="dry", idle_timeout_s=10
     ).run()
 
-    assert (summary.status, summary.scanned, summary.replayed, summary.parked) == (
+    assert (summary.status, summary.scanned, summary.would_replay, summary.would_park) == (
         "completed",
         GOOD + len(MALFORMED),
         GOOD,
         len(MALFORMED),
     )
+    reported = summary.to_dict()
+    assert (reported["replayed"], reported["parked"]) == (0, 0), "a dry run writes nothing"
+    assert (reported["would_replay"], reported["would_park"]) == (GOOD, len(MALFORMED))
     rows = [row for row in summary.to_dict()["breakdown"] if row["action"] == "park"]
     assert [(row["reason"], row["count"]) for row in rows] == [("malformed_headers", len(MALFORMED))]
     assert len(summary.park_examples) == len(MALFORMED)
@@ -91,6 +94,7 @@ def test_a_run_parks_the_malformed_records_replays_the_rest_and_moves_past_them(
     ).run()
 
     assert (summary.status, summary.replayed, summary.parked) == ("completed", GOOD, len(MALFORMED))
+    assert (summary.to_dict()["replayed"], summary.to_dict()["would_replay"]) == (GOOD, 0)
     assert len(read_to_end(kafka_config, source)) == GOOD
     parked = read_to_end(kafka_config, f"{dlq_topic}.parked")
     reasons = sorted(

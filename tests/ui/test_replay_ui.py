@@ -2,18 +2,16 @@
 
 It drives Debian's chromium (never a browser Playwright downloads) through Playwright
 against the same local Airflow ``make ui`` starts: ``airflow standalone`` with the
-embedded broker and a real Kafka Connect worker. Screenshots go to
-``tests/ui/artifacts/`` so a person can see what the test saw.
+embedded broker and a real Kafka Connect worker (the ``local_ui`` and ``browser_page``
+fixtures of ``tests/ui/conftest.py``). Screenshots go to ``tests/ui/artifacts/`` so a
+person can see what the test saw.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -21,89 +19,13 @@ from urllib.parse import unquote
 import pytest
 
 from airflow_kerr.kafka.offsets import end_offsets
-from airflow_kerr.local.broker import free_port
-from airflow_kerr.local.ui import LocalUI, pid_alive, process_tree, seed_dead_letters, start_local_ui
+from airflow_kerr.local.ui import LocalUI, seed_dead_letters
 
 pytestmark = [pytest.mark.ui, pytest.mark.airflow, pytest.mark.timeout(360)]
 
-CHROMIUM = Path(os.environ.get("KERR_CHROMIUM", "/usr/bin/chromium"))
-# The flags headless chromium needs as root in a container with no GPU, and no calls home.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 DEAD_LETTERS = 20
 RUN_TIMEOUT_S = 180.0
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Path:
-    """Debian's chromium and the Playwright driver; fail (never skip) saying what to install."""
-    missing = []
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        missing.append(
-            "the Python package 'playwright' (pip install -e '.[dev]'; do not run 'playwright install', "
-            "the test drives Debian's chromium)"
-        )
-    if not (CHROMIUM.exists() and os.access(CHROMIUM, os.X_OK)):
-        found = shutil.which("chromium")
-        missing.append(
-            f"chromium at {CHROMIUM} (Debian: apt-get install chromium; make test installs it when run as root"
-            + (f"; one was found at {found}, point KERR_CHROMIUM at it" if found else "")
-            + ")"
-        )
-    if missing:
-        pytest.fail("The browser test needs " + " and ".join(missing))
-    return CHROMIUM
-
-
-@pytest.fixture(scope="module")
-def local_ui(chromium: Path, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalUI]:
-    """``make ui``'s stack on free ports, sharing the session's broker; afterwards every process it started is gone."""
-    ui = start_local_ui(
-        tmp_path_factory.mktemp("kerr-ui"),
-        port=free_port(),
-        connect_port=free_port(),
-        bootstrap_servers=kafka_bootstrap,
-        seed_sample_dlq=False,
-        startup_timeout_s=300,
-    )
-    assert ui.process is not None
-    try:
-        yield ui
-    finally:
-        started = process_tree(ui.process.pid)
-        ui.stop()
-    left = [process for process in started if pid_alive(process)]
-    assert not left, f"processes of the local UI still run after stop(): {left}"
-
-
-@pytest.fixture
-def browser_page(chromium: Path, tmp_path: Path) -> Iterator[Any]:
-    """A page in headless chromium with a fresh profile."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=str(chromium),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1000},
-        )
-        context.set_default_timeout(60_000)
-        try:
-            yield context.pages[0] if context.pages else context.new_page()
-        finally:
-            context.close()
 
 
 def _wait_for_run(ui: LocalUI, run_id: str) -> dict[str, Any]:
@@ -200,5 +122,6 @@ def test_trigger_a_dry_run_replay_from_the_form(local_ui: LocalUI, browser_page:
     assert run["conf"]["dry_run"] is True
     assert summary["dry_run"] is True and summary["status"] == "completed"
     assert summary["scanned"] == summary["selected"] == DEAD_LETTERS
+    assert summary["would_replay"] == DEAD_LETTERS and summary["replayed"] == 0, "a dry run says what it would do"
     assert summary["transactions"] == 0 and summary["committed_offsets"] == {}
     assert end_offsets({"bootstrap.servers": kafka_bootstrap}, [(source, 0)])[(source, 0)] == 0

@@ -44,3 +44,16 @@ def test_every_form_field_renders_into_the_operator_argument_of_the_same_name() 
     for name in params:
         assert getattr(operator, ATTRIBUTES.get(name, name)) == f"{{{{ params.{name} }}}}", name
     assert all(params[name].description and params[name].schema.get("section") for name in params)
+
+
+def test_every_default_is_valid_for_its_own_schema_and_unset_settings_permit_null() -> None:
+    """Airflow's form marks a field required unless its type allows null; only settings that need a value do."""
+    from airflow.sdk import Param
+
+    needs_a_value = {"dlq_topic", "max_replays", "transaction_timeout_s", "batch_size", "progress_interval_s"}
+    for field in REPLAY_FORM:
+        assert Param(field.default, **field.schema).resolve() == field.default, field.name
+        allows_null = "null" in field.schema["type"]
+        assert allows_null == (field.name not in needs_a_value), field.name
+        if allows_null:
+            assert Param(field.default, **field.schema).resolve(None) is None, field.name
