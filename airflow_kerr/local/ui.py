@@ -3,8 +3,10 @@
 It starts the embedded broker (or uses ``KAFKA_BOOTSTRAP_SERVERS``), a real Kafka
 Connect worker, and ``airflow standalone`` (api-server, scheduler, triggerer,
 dag-processor on SQLite, with the LocalExecutor) whose ``kafka_default``,
-``spark_default`` and ``kafka_connect_default`` connections point at them. Everything
-it writes lives under ``.kerr/ui``.
+``spark_default`` and ``kafka_connect_default`` connections point at them. Those
+connections are rows of Airflow's metadata DB, not ``AIRFLOW_CONN_*`` variables, so the
+Connections page shows them and an edit made there takes effect. Everything it writes
+lives under ``.kerr/ui``.
 
 :func:`start_local_ui` is the one piece of code behind both ``make ui`` and the
 browser test, so the test clicks through exactly what a person gets.
@@ -52,6 +54,7 @@ ROLE = "admin"
 #: The DLQ topic the ``dlq_replay`` form names by default; seeded so a dry run with the defaults has work to show.
 SAMPLE_DLQ_TOPIC = "orders.dlq"
 SAMPLE_SOURCE_TOPIC = "orders"
+CONNECTION_VARIABLE_PREFIX = "AIRFLOW_CONN_"
 _HEALTHY_COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 
 
@@ -70,19 +73,23 @@ def airflow_environment(
     host: str,
     port: int,
     password_file: Path,
-    connections: Mapping[str, str],
     dags: Path,
+    stored_connections: Iterable[str] = (),
 ) -> dict[str, str]:
     """The environment ``airflow standalone`` runs with.
 
     The component count and pool sizes are kept small because the UI shares a laptop
     (or a 2-core CI machine) with Spark; every process must agree on the JWT secret
     and on where the execution API is, so both are set here rather than left to
-    each process's defaults.
+    each process's defaults. An ``AIRFLOW_CONN_*`` variable inherited for one of
+    ``stored_connections`` (the ids kept in the metadata DB; the test harness and a
+    developer's shell set ``AIRFLOW_CONN_KAFKA_DEFAULT``) is dropped: Airflow looks the
+    environment up before the DB, so it would hide the row and make an edit on the
+    Connections page do nothing.
     """
     python_bin = Path(sys.executable).parent
-    env = dict(os.environ)
-    env.update(connections)
+    shadowing = {connection_variable(conn_id) for conn_id in stored_connections}
+    env = {name: value for name, value in os.environ.items() if name not in shadowing}
     env.update(
         {
             "AIRFLOW_HOME": str(home),
@@ -112,6 +119,82 @@ def airflow_environment(
         }
     )
     return env
+
+
+def connection_variable(conn_id: str) -> str:
+    """The environment variable through which Airflow would read connection ``conn_id``."""
+    return CONNECTION_VARIABLE_PREFIX + conn_id.upper()
+
+
+def connection_records(variables: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """``AIRFLOW_CONN_*`` JSON values (as :func:`connection_variables` makes them) as ``connections import`` records.
+
+    The records are keyed by connection id, with ``extra`` as the JSON text the
+    Connections page shows and edits, so the CLI, the tests and the demo share one
+    description of the three connections whether they end up in the environment or
+    in the DB.
+    """
+    records: dict[str, dict[str, Any]] = {}
+    for name, value in variables.items():
+        if not name.startswith(CONNECTION_VARIABLE_PREFIX):
+            raise ValueError(f"{name} is not an {CONNECTION_VARIABLE_PREFIX}* variable")
+        record: dict[str, Any] = json.loads(value)
+        if isinstance(record.get("extra"), Mapping):
+            record["extra"] = json.dumps(record["extra"])
+        records[name[len(CONNECTION_VARIABLE_PREFIX) :].lower()] = record
+    return records
+
+
+#: Run in one interpreter, so the two Airflow commands cost one start-up (a few seconds on 2 cores), not two.
+_STORE_CONNECTIONS = """
+import sys
+from airflow.__main__ import main
+connections_file = sys.argv[1]
+for command in (["db", "migrate"], ["connections", "import", "--overwrite", connections_file]):
+    sys.argv = ["airflow", *command]
+    main()
+"""
+
+
+def store_connections(
+    env: Mapping[str, str], connections: Mapping[str, Mapping[str, Any]], log_path: Path, timeout_s: float
+) -> None:
+    """Migrate the metadata DB and write ``connections`` into it, replacing a row of the same id.
+
+    This runs before ``airflow standalone`` starts, because its dag-processor parses the
+    example DAGs at once and their ``kafka://`` assets read ``kafka_default`` when parsed
+    (a row added later through the REST API would race it). Airflow's own CLI does the
+    work (``db migrate``, then ``connections import --overwrite``), under the Airflow home
+    and environment standalone gets, so the same ``airflow.cfg`` Fernet key encrypts the
+    extras the components decrypt. ``--overwrite`` is what a second ``make ui`` on the same
+    state needs: the rows then point at this run's ports. The output goes to ``log_path``.
+    """
+    records = log_path.parent / "kerr-connections.json"
+    records.write_text(json.dumps(connections, indent=2) + "\n")
+    records.chmod(0o600)
+    try:
+        with open(log_path, "ab") as log:
+            result = subprocess.run(
+                [sys.executable, "-c", _STORE_CONNECTIONS, str(records)],
+                cwd=env.get("AIRFLOW_HOME"),
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
+                check=False,
+                preexec_fn=parent_death_signal(signal.SIGTERM),
+            )
+    except subprocess.TimeoutExpired as exc:
+        raise LocalUIError(f"storing the connections in the metadata DB took over {timeout_s:.0f} s") from exc
+    finally:
+        records.unlink(missing_ok=True)
+    if result.returncode != 0:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
+        raise LocalUIError(
+            f"could not store the connections {sorted(connections)} in the metadata DB "
+            f"(exit code {result.returncode}):\n{tail}"
+        )
 
 
 def _client_host(host: str) -> str:
@@ -371,6 +454,10 @@ def start_local_ui(
     ``orders-sink`` connector, so every example DAG, the event-driven ones too, runs as it is. The DAGs are those of
     :func:`~airflow_kerr.local.state.dags_folder` unless ``dags`` names a folder;
     ``environment`` adds variables to Airflow's (``AIRFLOW_VAR_*``, ``AIRFLOW_CONN_*`` ...).
+    ``kafka_default``, ``spark_default`` and ``kafka_connect_default`` are written into the
+    metadata DB before Airflow starts (see :func:`store_connections`) and are not in the
+    components' environment, so the Connections page can show and edit them; an
+    ``AIRFLOW_CONN_*`` given in ``environment`` still wins over its row, as the caller asked.
     On any failure everything already started is stopped before the error is raised.
     """
     dags = dags or dags_folder()  # first: a missing DAGs folder fails before anything starts
@@ -404,16 +491,19 @@ def start_local_ui(
             add_sink_connector(ui.connect)
         password_file = airflow_home / "simple_auth_manager_passwords.json"
         write_password_file(password_file, ui.username, ui.password)
+        connections = connection_records(connection_variables(ui.bootstrap_servers, ui.connect.host, ui.connect.port))
         env = airflow_environment(
             airflow_home,
             host=host,
             port=port,
             password_file=password_file,
-            connections=connection_variables(ui.bootstrap_servers, ui.connect.host, ui.connect.port),
             dags=dags,
+            stored_connections=connections,
         )
         env.update(environment or {})
-        with open(ui.log_path, "wb") as log:
+        ui.log_path.write_bytes(b"")  # this run's log only: the connection import, then standalone
+        store_connections(env, connections, ui.log_path, timeout_s=startup_timeout_s)
+        with open(ui.log_path, "ab") as log:
             ui.process = subprocess.Popen(
                 [sys.executable, "-m", "airflow", "standalone"],
                 cwd=airflow_home,
@@ -465,6 +555,7 @@ def _banner(ui: LocalUI) -> str:
             f"kafka_default          {kafka}",
             f"kafka_connect_default  {ui.connect_url} (Kafka Connect)",
             "spark_default          local[2]",
+            "(connections in Airflow's metadata DB: Admin > Connections shows and edits them)",
             "",
             f"Try it: open dlq_replay, Trigger, keep 'Dry run' ticked ({sample}).",
             f"Airflow logs    {ui.log_path}",

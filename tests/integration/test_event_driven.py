@@ -189,6 +189,34 @@ def test_the_opt_in_auto_replay_puts_back_only_retriable_dead_letters_as_they_la
     assert sorted(m.value() for m in replayed) == [b"order-0", b"order-2"], "only the retriable ones, once each"
 
 
+def test_the_connections_are_rows_of_the_metadata_db_and_in_no_airflow_process_environment(stack: EventStack) -> None:
+    """The Connections page shows them, and an edit there is what the components read (no variable hides it)."""
+    assert stack.ui.connect is not None and stack.ui.process is not None
+    found = stack.answer(lambda api: api.get("/connections", params={"limit": 100}), None)
+    connections = {c["connection_id"]: c for c in found.get("connections", [])}
+    assert {"kafka_default", "spark_default", "kafka_connect_default"} <= set(connections), found
+    assert json.loads(connections["kafka_default"]["extra"]) == {"bootstrap.servers": stack.bootstrap_servers}
+    connect = connections["kafka_connect_default"]
+    assert (connect["conn_type"], connect["host"], connect["port"]) == (
+        "kafka_connect",
+        stack.ui.connect.host,
+        stack.ui.connect.port,
+    )
+    assert (connections["spark_default"]["conn_type"], connections["spark_default"]["host"]) == ("spark", "local[2]")
+
+    environments = {}
+    for pid, _ in process_tree(stack.ui.process.pid):
+        try:
+            environments[pid] = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue  # a task's process that ended meanwhile
+    assert len(environments) >= 5, "standalone and its api-server, scheduler, dag-processor and triggerer"
+    names = {b"AIRFLOW_CONN_KAFKA_DEFAULT", b"AIRFLOW_CONN_SPARK_DEFAULT", b"AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT"}
+    variables = {pid: {v.split(b"=")[0] for v in environment} for pid, environment in environments.items()}
+    shadowing = {pid: hiding for pid, present in variables.items() if (hiding := present & names)}
+    assert not shadowing, f"connection variables in Airflow's processes, hiding the DB rows: {shadowing}"
+
+
 def write_dead_letters(config: dict[str, Any], dlq: str, source: str, errors: list[Exception]) -> None:
     """One DLQ record per error, in Connect's format, for records of ``source`` with values ``order-<i>``."""
     now_ms = int(time.time() * 1000)
