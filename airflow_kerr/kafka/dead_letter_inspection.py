@@ -88,6 +88,8 @@ MAX_SHOWN_BYTES = 64 * 1024
 MAX_SHOWN_CHARS = 64 * 1024
 #: Seconds one metadata or offset look-up may take.
 LOOKUP_TIMEOUT_S = 10.0
+#: How long a broker may hold a fetch with no data (see :func:`_consumer`).
+FETCH_WAIT_MAX_MS = 10
 #: Records asked of librdkafka per ``consume`` call while counting.
 SCAN_BATCH = 5_000
 #: A cursor longer than this is not one :func:`summarize` wrote (a few dozen bytes per partition).
@@ -348,9 +350,16 @@ def dead_letter_fields(headers: RawHeaders) -> DeadLetterFields:
 
 def _consumer(kafka_config: Mapping[str, Any]) -> Consumer:
     """An assign-only consumer in :data:`SCRATCH_GROUP`: never commits, never joins; starts over at the
-    beginning when an offset it was given has been deleted (retention) rather than skipping to the end."""
+    beginning when an offset it was given has been deleted (retention) rather than skipping to the end.
+
+    ``fetch.wait.max.ms`` is short because these consumers re-assign several times in one call
+    (the last records, then the first, then a range): a broker holds a fetch at a partition's
+    end for up to that long, and librdkafka sends the next assignment's fetch only after it
+    (500 ms by default, which was most of a summary's first second).
+    """
     settings = {**kafka_config, "group.id": SCRATCH_GROUP, "enable.auto.offset.store": False}
     settings["auto.offset.reset"] = "earliest"
+    settings["fetch.wait.max.ms"] = FETCH_WAIT_MAX_MS
     return offset_consumer(settings)
 
 
@@ -376,8 +385,10 @@ def _first_records(
 ) -> dict[tuple[str, int], Any]:
     """The first record at or after each start and before its end, per partition, until ``deadline``.
 
-    A partition with no record left (transaction markers, aborted records) is dropped once
-    the consumer's position reaches its end, rather than waited for.
+    A partition is unassigned as soon as its record arrives, which drops the rest of its
+    prefetched records: otherwise the other partitions' first records wait behind a whole
+    fetch of its records. A partition with no record left (transaction markers, aborted
+    records) is dropped once the consumer's position reaches its end, rather than waited for.
     """
     todo = {key: ends[key] for key, start in starts.items() if start < ends[key]}
     if not todo:
@@ -386,13 +397,18 @@ def _first_records(
     found: dict[tuple[str, int], Any] = {}
     try:
         while todo and time.monotonic() < deadline:
-            messages: list[Any] = consumer.consume(len(todo) * 4, min(0.1, max(0.0, deadline - time.monotonic())))
+            # librdkafka returns once it has this many records or at the timeout: ask for one per partition left.
+            messages: list[Any] = consumer.consume(len(todo), min(0.1, max(0.0, deadline - time.monotonic())))
+            finished: list[TopicPartition] = []
             for message in messages:
                 key = (message.topic(), message.partition())
-                if message.error() is None and key in todo and key not in found:
+                if message.error() is None and key in todo:
                     if message.offset() < todo[key]:
                         found[key] = message
                     todo.pop(key)
+                    finished.append(TopicPartition(*key))
+            if finished and todo:
+                consumer.incremental_unassign(finished)
             if not messages and todo:
                 for position in consumer.position([TopicPartition(t, p) for t, p in todo]):
                     key = (position.topic, position.partition)
@@ -1105,6 +1121,8 @@ class _Window:
     first: int
     low: int
     high: int
+    #: The next offset expected in this window (records before it were read).
+    next: int = 0
     oldest_seen_ms: int | None = None
     done: bool = field(default=False)
 
@@ -1180,11 +1198,15 @@ def _read_windows(
             windows[p].done = True
     if not todo:
         return 0
+    for p in todo:
+        windows[p].next = windows[p].low
     consumer.assign([TopicPartition(topic, p, windows[p].low) for p in todo])
     examined = 0
     try:
         while todo and time.monotonic() < deadline:
-            messages: list[Any] = consumer.consume(SCAN_BATCH, min(0.1, max(0.0, deadline - time.monotonic())))
+            left = sum(todo[p] - max(windows[p].low, windows[p].next) for p in todo)
+            wait = min(0.1, max(0.0, deadline - time.monotonic()))
+            messages: list[Any] = consumer.consume(max(1, min(SCAN_BATCH, left)), wait)
             for message in messages:
                 if message.error() is not None:
                     continue
@@ -1194,10 +1216,13 @@ def _read_windows(
                 examined += 1
                 stamp = _timestamp(message)
                 window = windows[p]
+                window.next = offset + 1
                 if stamp is not None and (window.oldest_seen_ms is None or stamp < window.oldest_seen_ms):
                     window.oldest_seen_ms = stamp
                 if offset + 1 >= todo[p]:
                     todo.pop(p)
+                    if todo:  # its later records were read in an earlier window: stop fetching them
+                        consumer.incremental_unassign([TopicPartition(topic, p)])
                 fields = dead_letter_fields(message.headers())
                 if selection.matches_time(stamp) and selection.matches_values(
                     fields.exception_class, fields.stage, fields.source_topic, fields.pipeline
