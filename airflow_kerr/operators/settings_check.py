@@ -34,10 +34,13 @@ def fail_on_invalid_settings(log: ErrorLog, what: str, problems: Sequence[str], 
     ``execute`` see them all). The exception is raised ``from None``: the validator's frames
     would only widen the log.
     """
+    count = len(problems)
     log.error(
-        "%d invalid %s; nothing was read or written, and the task fails without retrying:",
-        len(problems),
+        # Short enough to fit the task log pane beside its timestamp.
+        "invalid %s: %d problem%s, one line each below; nothing read or written, no retry",
         what,
+        count,
+        "" if count == 1 else "s",
     )
     for problem in problems:
         log.error("%s%s", PROBLEM_PREFIX, problem)

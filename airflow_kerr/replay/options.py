@@ -178,10 +178,10 @@ class ReplayOptions:
         return options
 
 
-def _reason(error: BaseException, limit: int = 200) -> str:
-    """``Class: message`` of an error raised while checking a value, cut to ``limit`` characters."""
+def _reason(error: BaseException, limit: int = 200, *, with_class: bool = True) -> str:
+    """``Class: message`` (or the message alone) of an error raised while checking a value, cut to ``limit``."""
     try:
-        text = f"{type(error).__name__}: {error}"
+        text = f"{type(error).__name__}: {error}" if with_class else str(error)
     except Exception:  # a message that cannot be made text (it holds a huge integer, say)
         text = type(error).__name__
     return text if len(text) <= limit else f"{text[: limit - 1]}\u2026"
@@ -262,7 +262,10 @@ def _regex(p: list[str], key: str, value: Any) -> re.Pattern[str] | None:
         return None
     try:
         return re.compile(text)
-    except (re.error, OverflowError, RecursionError, ValueError) as error:
+    except re.error as error:  # its message says what and where ("missing ), unterminated subpattern at position 7")
+        p.append(f"{key}={shown(text)}: not a valid regular expression ({_reason(error, with_class=False)})")
+        return None
+    except (OverflowError, RecursionError, ValueError) as error:
         p.append(f"{key}={shown(text)}: not a valid regular expression ({_reason(error)})")
         return None
 

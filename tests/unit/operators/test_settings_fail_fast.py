@@ -50,12 +50,12 @@ def test_each_bad_replay_setting_is_one_short_line_before_anything_else() -> Non
     error, logs = failed_execute(operator)
 
     header, *rest = [str(entry["event"]) for entry in logs]
-    assert header.startswith("2 invalid DLQ replay settings; nothing was read or written")
+    assert header == "invalid DLQ replay settings: 2 problems, one line each below; nothing read or written, no retry"
     assert rest == problem_lines(logs)
     assert sorted(rest) == sorted(
         [
             "invalid setting: exception_class_regex='Invalid(Order': not a valid regular expression "
-            "(error: missing ), unterminated subpattern at position 7)",
+            "(missing ), unterminated subpattern at position 7)",
             "invalid setting: start_offset=10, end_offset=5: inverted or empty range; expected start < end",
         ]
     )
@@ -101,7 +101,7 @@ def test_a_bad_rendered_pipeline_fails_the_spark_task_the_same_way() -> None:
 
     error, logs = failed_execute(operator)
 
-    assert str(logs[0]["event"]).startswith("1 invalid pipeline settings")
+    assert str(logs[0]["event"]).startswith("invalid pipeline settings: 1 problem, one line each below")
     (line,) = problem_lines(logs)
     assert line.startswith("invalid setting: errors.tolerance='sometimes'") and len(line) <= READABLE_WIDTH
     assert error.__cause__ is None and error.__suppress_context__
@@ -112,7 +112,7 @@ def test_the_helper_logs_through_a_standard_logger_too(caplog: pytest.LogCapture
     with caplog.at_level(logging.ERROR, logger="kerr.test.settings"), pytest.raises(AirflowFailException) as caught:
         fail_on_invalid_settings(log, "things", ["a=1: no", "b=2: no"], "2 bad things")
     assert [record.getMessage() for record in caplog.records] == [
-        "2 invalid things; nothing was read or written, and the task fails without retrying:",
+        "invalid things: 2 problems, one line each below; nothing read or written, no retry",
         "invalid setting: a=1: no",
         "invalid setting: b=2: no",
     ]
