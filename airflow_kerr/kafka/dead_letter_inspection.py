@@ -2,8 +2,8 @@
 
 The DLQ view in the Airflow UI (``plugins/dead_letter_view.py``) calls these functions; they
 import no Airflow so they can be tested against a broker alone. Every function opens its own
-short-lived consumer that only ``assign``\\ s partitions (it never subscribes, so it never
-joins a group and never moves anyone's position), never commits, and is closed before it
+short-lived consumer that only assigns partitions (it never subscribes, so it never joins
+a group and never moves anyone's position), never commits, and is closed before it
 returns. All of them use one throwaway group id per process, :data:`SCRATCH_GROUP`, which
 is never joined and never committed to; only :func:`unread_for_group` names a real group,
 to read its committed offsets.

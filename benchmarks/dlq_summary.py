@@ -1,0 +1,349 @@
+"""How soon the DLQ view shows figures for a large DLQ: first figures, and full counts, over ``--records`` dead letters.
+
+A DLQ of ``--records`` records (default 1,000,000) is written once to ``--partitions``
+partitions: about 100-byte JSON values with Connect's ten ``__connect.errors.*`` headers
+(four exception classes, three stages, three source topics, one pipeline), their
+timestamps spread over six hours. Then ``--runs`` times, with the functions of
+``airflow_kerr.kafka.dead_letter_inspection`` as the view's routes call them:
+
+- **first figures**: what the page asks for before it can show anything for a DLQ, one
+  call after another (the page may overlap them; in sequence is the upper bound): the topic
+  list (``list_dead_letter_queues`` with this DLQ configured), the replay group's backlog
+  (``unread_for_group``), the 20 newest examples (``sample_dead_letters``) and the first
+  summary chunk (``summarize`` with the route's defaults, ``max_records=200_000``,
+  ``max_seconds=1.0``). Goal: 2 s.
+- **full counts**: from the start of that first ``summarize`` call until a chained call
+  (each with the previous ``cursor`` and the same bounds, as the page makes them) says
+  ``complete``. Goal: 10 s. The chunks' counts, added up, are compared with what was
+  written (``counts_exact``).
+
+Figures are the median with min and max over the runs; nothing is asserted. Before each
+run the benchmark waits (up to ``--quiet-timeout`` seconds) until processes outside its own
+tree (the broker is its child) use less than 0.3 cores, and records how many cores they
+used during the run (``others_cores``): on a shared 2-core machine that is what the figures
+mostly measure. The process's CPU seconds per run are recorded too.
+
+The broker is Tansu by default (``--broker``): noida-db 0.2.3, the embedded default, answers
+a Fetch with every record from the fetch offset to the end of the partition, ignoring
+``fetch.max.bytes`` and ``max.partition.fetch.bytes``; above librdkafka's
+``receive.message.max.bytes`` (100 MB, about 150,000 of these records) the consumer refuses
+the answer and asks again forever, so a 1,000,000-record DLQ cannot be read from it at all.
+``KAFKA_BOOTSTRAP_SERVERS`` runs against an existing cluster instead.
+
+Writes ``benchmarks/results/dlq_summary.json`` and ``dlq_summary.png``.
+
+    .venv/bin/python benchmarks/dlq_summary.py                     # 1,000,000 records, 3 runs
+    .venv/bin/python benchmarks/dlq_summary.py --records 50000 --runs 1 --quiet-timeout 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+FIRST_FIGURES_GOAL_S = 2.0
+FULL_COUNTS_GOAL_S = 10.0
+QUIET_CORES = 0.3
+T0_MS = 1_795_250_000_000
+SPAN_MS = 6 * 3_600_000
+CLASSES = ("ValueError", "KeyError", "json.decoder.JSONDecodeError", "airflow_kerr.errors.RetriableError")
+STAGES = ("TRANSFORMATION", "VALUE_CONVERTER", "TASK_PUT")
+SOURCES = ("orders", "payments", "refunds")
+REPLAY_GROUP = "bench.dlq_summary.replay"
+
+
+def combination(i: int) -> tuple[str, str, str]:
+    """The (exception class, stage, source topic) of record ``i``: skewed, as real failures are."""
+    return CLASSES[i % 7 % 4], STAGES[i % 5 % 3], SOURCES[i % 11 % 3]
+
+
+def expected_counts(count: int) -> dict[str, Counter[str]]:
+    counts: dict[str, Counter[str]] = {"exception_class": Counter(), "stage": Counter(), "source_topic": Counter()}
+    for i in range(count):
+        cls, stage, source = combination(i)
+        counts["exception_class"][cls] += 1
+        counts["stage"][stage] += 1
+        counts["source_topic"][source] += 1
+    return counts
+
+
+def error_named(name: str, message: str) -> Exception:
+    """An exception whose class name (as the DLQ header writes it) is ``name``, dotted module and all."""
+    module, _, short = name.rpartition(".")
+    return type(short, (Exception,), {"__module__": module or "builtins"})(message)
+
+
+def write_dlq(config: dict[str, Any], topic: str, count: int, partitions: int) -> float:
+    """Write the DLQ as Connect would (ten context headers per record); the seconds it took."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, connect_context_headers
+
+    admin = AdminClient(config)
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(30)
+    # One header list per combination; per record only the source partition and offset headers change.
+    templates: dict[tuple[str, str, str], list[tuple[str, str | bytes | None]]] = {}
+    for cls_name in CLASSES:
+        for stage in STAGES:
+            for source in SOURCES:
+                error = error_named(cls_name, "order has a non-positive amount: -12.5")
+                context = ErrorContext(
+                    TaskId("orders_pipeline", 0), Stage(stage), "bench.validate", error, SourceRecord(source, 0, 0)
+                )
+                templates[(cls_name, stage, source)] = list(connect_context_headers(context))
+    producer = Producer(
+        {**config, "linger.ms": 50, "batch.num.messages": 10000, "queue.buffering.max.messages": 500000}
+    )
+    started = time.perf_counter()
+    for i in range(count):
+        headers = list(templates[combination(i)])
+        headers[1] = (headers[1][0], b"%d" % (i % 3))
+        headers[2] = (headers[2][0], b"%d" % i)
+        value = b'{"id": "o-%08d", "customer": "c-0042", "amount": -12.5, "currency": "EUR", "note": "xxxxx"}' % i
+        timestamp = T0_MS + i * SPAN_MS // count
+        while True:
+            try:
+                producer.produce(
+                    topic, value, b"o-%08d" % i, partition=i % partitions, headers=headers, timestamp=timestamp
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(300) != 0:
+        raise RuntimeError(f"could not write {count} records to {topic}")
+    return time.perf_counter() - started
+
+
+class OthersMeter:
+    """Cores used by processes outside this benchmark's process tree (the broker is its child), from /proc."""
+
+    def __init__(self) -> None:
+        self.hz = os.sysconf("SC_CLK_TCK")
+
+    def _tree_ticks(self) -> int:
+        children: dict[int, list[int]] = {}
+        ticks: dict[int, int] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            children.setdefault(int(stat[1]), []).append(int(entry.name))
+            ticks[int(entry.name)] = sum(int(value) for value in stat[11:15])
+        found, pending = 0, [os.getpid()]
+        while pending:
+            pid = pending.pop()
+            found += ticks.get(pid, 0)
+            pending.extend(children.get(pid, []))
+        return found
+
+    def sample(self) -> tuple[float, int, int]:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+        return time.monotonic(), user + nice + system + irq + softirq + steal, self._tree_ticks()
+
+    def others_cores(self, before: tuple[float, int, int], after: tuple[float, int, int]) -> float:
+        elapsed = after[0] - before[0]
+        return max(0.0, ((after[1] - before[1]) - (after[2] - before[2])) / self.hz / elapsed) if elapsed > 0 else 0.0
+
+    def wait_quiet(self, timeout_s: float) -> tuple[float, float]:
+        """Wait until two 3 s spans in a row saw others use < QUIET_CORES; (seconds waited, the last reading)."""
+        started = time.monotonic()
+        quiet = 0
+        others = 0.0
+        while quiet < 2 and time.monotonic() - started < timeout_s:
+            before = self.sample()
+            time.sleep(3.0)
+            others = self.others_cores(before, self.sample())
+            quiet = quiet + 1 if others < QUIET_CORES else 0
+        return time.monotonic() - started, others
+
+
+def one_run(config: dict[str, Any], topic: str, expected: dict[str, Counter[str]]) -> dict[str, Any]:
+    """The page's calls for one DLQ, timed: first figures, then chained summary chunks to full counts."""
+    from airflow_kerr.kafka.dead_letter_inspection import (
+        list_dead_letter_queues,
+        sample_dead_letters,
+        summarize,
+        unread_for_group,
+    )
+
+    parts: dict[str, float] = {}
+    cpu_before = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.perf_counter()
+    mark = started
+    topics = list_dead_letter_queues(config, [topic])
+    parts["list_s"], mark = time.perf_counter() - mark, time.perf_counter()
+    backlog = unread_for_group(config, topic, REPLAY_GROUP)
+    parts["unread_s"], mark = time.perf_counter() - mark, time.perf_counter()
+    sample = sample_dead_letters(config, topic, limit=20)
+    parts["sample_s"], mark = time.perf_counter() - mark, time.perf_counter()
+    summary_started = mark
+    chunk = summarize(config, topic, max_records=200_000, max_seconds=1.0)
+    parts["first_summary_s"] = time.perf_counter() - mark
+    first_figures = time.perf_counter() - started
+    chunks = [chunk]
+    while not chunks[-1].complete and len(chunks) < 10_000:
+        chunks.append(summarize(config, topic, cursor=chunks[-1].cursor, max_records=200_000, max_seconds=1.0))
+    full_counts = time.perf_counter() - summary_started
+    cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+    added: dict[str, Counter[str]] = {}
+    for c in chunks:
+        for name, values in c.counts.items():
+            added.setdefault(name, Counter()).update(values)
+    exact = all(added.get(name) == counts for name, counts in expected.items())
+    return {
+        "first_figures_s": first_figures,
+        "full_counts_s": full_counts,
+        "parts_s": parts,
+        "first_chunk_records": chunks[0].read,
+        "chunks": len(chunks),
+        "chunk_records": [c.read for c in chunks],
+        "records_read": sum(c.read for c in chunks),
+        "complete": chunks[-1].complete,
+        "counts_exact": exact,
+        "bucket_ms": chunks[0].bucket_ms,
+        "timeline_buckets": len({b for c in chunks for b in c.timeline}),
+        "topic_listed": any(t.name == topic and t.discovered for t in topics),
+        "unread": backlog.unread,
+        "sampled": len(sample.records),
+        "process_cpu_s": (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime),
+    }
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--broker", choices=("tansu", "noida"), default="tansu")
+    parser.add_argument("--quiet-timeout", type=float, default=600.0, help="seconds to wait for a quiet machine")
+    args = parser.parse_args()
+
+    from airflow_kerr.local.broker import LocalBroker, resolve_bootstrap_servers
+
+    external = resolve_bootstrap_servers()
+    broker = None if external else LocalBroker(kind=args.broker).start()
+    config: dict[str, Any] = {"bootstrap.servers": external or broker.bootstrap_servers}  # type: ignore[union-attr]
+    topic = f"bench.dlq_summary.{uuid.uuid4().hex[:8]}.dlq"
+    meter = OthersMeter()
+    rows: list[dict[str, Any]] = []
+    try:
+        written_s = write_dlq(config, topic, args.records, args.partitions)
+        print(f"wrote {args.records:,} dead letters in {written_s:.1f} s", flush=True)
+        expected = expected_counts(args.records)
+        for run in range(args.runs):
+            waited, quiet_reading = meter.wait_quiet(args.quiet_timeout) if args.quiet_timeout > 0 else (0.0, -1.0)
+            before = meter.sample()
+            row = one_run(config, topic, expected)
+            row.update(run=run, waited_for_quiet_s=waited, others_cores_before=quiet_reading)
+            row["others_cores"] = meter.others_cores(before, meter.sample())
+            rows.append(row)
+            print(
+                f"run {run}: first figures {row['first_figures_s']:.2f} s {row['parts_s']}, "
+                f"full counts {row['full_counts_s']:.2f} s in {row['chunks']} chunks, exact={row['counts_exact']}, "
+                f"others used {row['others_cores']:.2f} cores",
+                flush=True,
+            )
+    finally:
+        if broker is not None:
+            broker.stop()
+    report = {
+        "benchmark": "dlq_summary",
+        "records": args.records,
+        "partitions": args.partitions,
+        "broker": "KAFKA_BOOTSTRAP_SERVERS" if external else f"embedded {args.broker}",
+        "machine": {
+            "cores": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "load_average_after": list(os.getloadavg()),
+        },
+        "goals_s": {"first_figures": FIRST_FIGURES_GOAL_S, "full_counts": FULL_COUNTS_GOAL_S},
+        "write_s": written_s,
+        "summary": {
+            "first_figures_s": spread([r["first_figures_s"] for r in rows]),
+            "full_counts_s": spread([r["full_counts_s"] for r in rows]),
+            "others_cores": spread([r["others_cores"] for r in rows]),
+            "records_per_s_full": spread([r["records_read"] / r["full_counts_s"] for r in rows]),
+        },
+        "met": {
+            "first_figures": statistics.median(r["first_figures_s"] for r in rows) <= FIRST_FIGURES_GOAL_S,
+            "full_counts": statistics.median(r["full_counts_s"] for r in rows) <= FULL_COUNTS_GOAL_S,
+        },
+        "runs": rows,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "dlq_summary.json").write_text(json.dumps(report, indent=2) + "\n")
+    chart(report, RESULTS / "dlq_summary.png")
+    print(json.dumps(report["summary"], indent=2))
+    return 0
+
+
+def chart(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    panels = (
+        (
+            "first_figures_s",
+            "first figures",
+            FIRST_FIGURES_GOAL_S,
+            ("list_s", "unread_s", "sample_s", "first_summary_s"),
+        ),
+        ("full_counts_s", "full counts", FULL_COUNTS_GOAL_S, ()),
+    )
+    for axis, (key, title, goal, parts) in zip(axes, panels, strict=True):
+        runs = report["runs"]
+        xs = [str(r["run"]) for r in runs]
+        if parts:
+            bottom = [0.0] * len(runs)
+            for part in parts:
+                values = [r["parts_s"][part] for r in runs]
+                axis.bar(xs, values, bottom=bottom, label=part.removesuffix("_s"))
+                bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+            axis.legend(fontsize=7, loc="upper left")
+        else:
+            axis.bar(xs, [r[key] for r in runs], color="tab:blue")
+        axis.axhline(goal, color="tab:red", linestyle="--", linewidth=1, label=f"goal {goal:g} s")
+        stats = report["summary"][key]
+        axis.set_title(
+            f"{title}: median {stats['median']:.2f} s ({stats['min']:.2f}-{stats['max']:.2f}), goal {goal:g} s",
+            fontsize=9,
+        )
+        axis.set_xlabel("run")
+        axis.set_ylabel("seconds")
+        axis.set_ylim(0, max(goal, max(r[key] for r in runs)) * 1.25)
+    figure.suptitle(
+        f"DLQ view on {report['records']:,} dead letters ({report['broker']}, {report['partitions']} partitions); "
+        f"others used {report['summary']['others_cores']['median']:.2f} cores (median)",
+        fontsize=9,
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
