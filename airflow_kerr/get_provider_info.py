@@ -94,6 +94,10 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "notifications": ["airflow_kerr.notifiers.tolerance_breach.ToleranceBreachNotifier"],
+        # The DLQ view (Browse → Dead letters) and the Replay summary tab of DAG runs.
+        "plugins": [
+            {"name": "kerr_dead_letters", "plugin-class": "airflow_kerr.plugins.dead_letter_view.DeadLetterViewPlugin"}
+        ],
         "connection-types": [
             {
                 "hook-class-name": "airflow_kerr.hooks.kafka_connect.KafkaConnectHook",

@@ -335,6 +335,23 @@ class LocalUI:
             timeout=timeout_s,
         )
 
+    def wait_for_run(self, dag_id: str, run_id: str, task_id: str, timeout_s: float = 180.0) -> dict[str, Any]:
+        """Poll the REST API until the run succeeds and return it; raise :class:`LocalUIError` with ``task_id``'s log
+        and the end of Airflow's log when it fails or is still going after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with self.api() as api:
+            while True:
+                run: dict[str, Any] = api.get(f"/dags/{dag_id}/dagRuns/{run_id}").raise_for_status().json()
+                if run["state"] == "success":
+                    return run
+                if run["state"] == "failed" or time.monotonic() > deadline:
+                    log = api.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1")
+                    raise LocalUIError(
+                        f"run {dag_id}/{run_id} is {run['state']} after {timeout_s:.0f} s at most; "
+                        f"log of {task_id}:\n{log.text[-4000:]}\nAirflow log:\n{self.log_tail(40)}"
+                    )
+                time.sleep(2)
+
     def log_tail(self, lines: int = 60) -> str:
         """The end of the standalone log, for error messages."""
         try:

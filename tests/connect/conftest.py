@@ -348,7 +348,7 @@ class RealConnect:
             pytest.fail(f"task {task_id} never read partition {task_id}: group assignment {seen}, status {status}")
         producer = Producer(self.producer_config)
         producer.produce(self.topic_of(name), value=MALFORMED_VALUE, partition=task_id)
-        producer.flush(10)
+        assert producer.flush(30) == 0, "the broker did not take the records within 30 s"
         return _wait_until(lambda: (s := self.status(name))["tasks"][task_id]["state"] == "FAILED" and s)
 
     def nudge_rebalance(self, name: str, task_id: int) -> None:
@@ -500,7 +500,7 @@ def produce(kafka_bootstrap: str) -> Callable[..., None]:
                 producer.produce(topic, value=encoded)
             else:
                 producer.produce(topic, value=encoded, partition=partition)
-        producer.flush(10)
+        assert producer.flush(30) == 0, "the broker did not take the records within 30 s"
 
     return send
 

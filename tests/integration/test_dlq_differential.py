@@ -57,7 +57,7 @@ def poisoned_topic(kafka_config: dict[str, Any], create_topic: Callable[..., str
     producer = Producer(kafka_config)
     for index, value in enumerate(GOOD + POISON):
         producer.produce(topic, key=f"k{index}".encode(), value=value)
-    producer.flush(10)
+    assert producer.flush(30) == 0, "the broker did not take the records within 30 s"
     return topic
 
 

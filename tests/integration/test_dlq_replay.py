@@ -226,7 +226,7 @@ def test_unsafe_records_are_parked_with_a_reason(
     producer = Producer(kafka_config)
     producer.produce(topics.dlq, key=b"o-6", value=order(6), headers=no_source)
     producer.produce(topics.dlq, key=b"o-7", value=b"{not json", headers=no_source)
-    producer.flush(10)
+    assert producer.flush(30) == 0, "the broker did not take the records within 30 s"
 
     summary = replay(
         kafka_config,
@@ -268,7 +268,7 @@ def test_a_fix_that_raises_parks_the_record_with_the_exception(kafka_config: dic
     record = SourceRecord(topics.source, 0, 9, 1, key=b"o-9", value=b'{"id": "o-9", "amount": ')
     context = ErrorContext(TaskId("p", 0), Stage.VALUE_CONVERTER, "json", ValueError("truncated"), record)
     producer.produce(**build_dead_letter_record(context, topic=topics.dlq).produce_kwargs())
-    producer.flush(10)
+    assert producer.flush(30) == 0, "the broker did not take the records within 30 s"
 
     summary = replay(kafka_config, dlq_topic=topics.dlq, fix="airflow_kerr.examples.orders.repair_order")
 
@@ -293,7 +293,7 @@ def test_loop_protection_parks_a_record_that_keeps_coming_back(kafka_config: dic
     )
     producer = Producer(kafka_config)
     producer.produce(**build_dead_letter_record(context, topic=topics.dlq).produce_kwargs())
-    producer.flush(10)
+    assert producer.flush(30) == 0, "the broker did not take the records within 30 s"
     source_ends = ends(kafka_config, topics.source, 2)
 
     second = replay(kafka_config, run_id="second", dlq_topic=topics.dlq, max_replays=1)

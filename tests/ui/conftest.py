@@ -1,9 +1,10 @@
 """What every browser test needs: Debian's chromium, ``make ui``'s stack for the module, a fresh page.
 
-Each module gets one local UI stack (``airflow standalone``, a Kafka Connect worker, the
-session's broker), started by :func:`airflow_kerr.local.ui.start_local_ui`, the code
+The browser tests share one local UI stack (``airflow standalone``, a Kafka Connect worker,
+the session's broker), started by :func:`airflow_kerr.local.ui.start_local_ui`, the code
 behind ``make ui``, so a test clicks through exactly what a person gets. The stack costs
-about 100 s and two cores while it starts, so a module shares it between its tests.
+about 100 s and two cores while it starts, so every module of tests/ui uses the same one:
+each test names its own topics and groups, so none depends on what another left.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 from airflow_kerr.local.broker import free_port
 from airflow_kerr.local.ui import LocalUI, pid_alive, process_tree, start_local_ui
 
+DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
 CHROMIUM = Path(os.environ.get("KERR_CHROMIUM", "/usr/bin/chromium"))
 # The flags headless chromium needs as root in a container with no GPU, and no calls home.
 CHROMIUM_ARGS = [
@@ -33,7 +35,7 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chromium() -> Path:
     """Debian's chromium and the Playwright driver; fail (never skip) saying what to install."""
     missing = []
@@ -56,16 +58,28 @@ def chromium() -> Path:
     return CHROMIUM
 
 
-#: The DAGs the module's stack waits for before its tests start; a module overrides it to wait for others.
-@pytest.fixture(scope="module")
-def ui_dags() -> tuple[str, ...]:
-    return ("dlq_replay",)
+#: Every example DAG in dags/: the stack waits until each is parsed, so any test can trigger any of them.
+EXAMPLE_DAGS = (
+    "dlq_auto_replay",
+    "dlq_replay",
+    "error_aware_pipeline",
+    "on_tolerance_breach",
+    "on_tolerance_recovery",
+    "smoke_spark_kafka",
+    "tolerance_guard",
+)
 
 
-@pytest.fixture(scope="module")
-def local_ui(
-    chromium: Path, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory, ui_dags: tuple[str, ...]
-) -> Iterator[LocalUI]:
+@pytest.fixture(scope="session")
+def example_dags() -> tuple[str, ...]:
+    """The example DAGs' ids, checked against dags/ so a new example DAG is not left out of the browser tests."""
+    found = tuple(sorted(path.stem for path in DAGS_FOLDER.glob("*.py")))
+    assert found == EXAMPLE_DAGS, f"dags/ holds {found}; tests/ui/conftest.EXAMPLE_DAGS lists {EXAMPLE_DAGS}"
+    return EXAMPLE_DAGS
+
+
+@pytest.fixture(scope="session")
+def local_ui(chromium: Path, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalUI]:
     """``make ui``'s stack on free ports, sharing the session's broker; afterwards every process it started is gone."""
     ui = start_local_ui(
         tmp_path_factory.mktemp("kerr-ui"),
@@ -73,7 +87,7 @@ def local_ui(
         connect_port=free_port(),
         bootstrap_servers=kafka_bootstrap,
         seed_sample_dlq=False,
-        wait_for_dags=ui_dags,
+        wait_for_dags=EXAMPLE_DAGS,
         startup_timeout_s=300,
     )
     assert ui.process is not None

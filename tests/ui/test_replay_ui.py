@@ -10,7 +10,6 @@ person can see what the test saw.
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,23 +25,6 @@ pytestmark = [pytest.mark.ui, pytest.mark.airflow, pytest.mark.timeout(360)]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 DEAD_LETTERS = 20
 RUN_TIMEOUT_S = 180.0
-
-
-def _wait_for_run(ui: LocalUI, run_id: str) -> dict[str, Any]:
-    """Poll the REST API (same login as the browser) until the run ends; on failure show the task log."""
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    with ui.api() as api:
-        while True:
-            run: dict[str, Any] = api.get(f"/dags/dlq_replay/dagRuns/{run_id}").raise_for_status().json()
-            if run["state"] == "success":
-                return run
-            if run["state"] == "failed" or time.monotonic() > deadline:
-                log = api.get(f"/dags/dlq_replay/dagRuns/{run_id}/taskInstances/replay/logs/1")
-                pytest.fail(
-                    f"run {run_id} is {run['state']} after {RUN_TIMEOUT_S:.0f} s at most; task log:\n"
-                    f"{log.text[-4000:]}\nAirflow log:\n{ui.log_tail(40)}"
-                )
-            time.sleep(2)
 
 
 def _screenshot(page: Any, name: str) -> None:
@@ -84,7 +66,7 @@ def _trigger_from_the_form(ui: LocalUI, page: Any, dlq: str, group: str) -> str:
     dialog.get_by_role("button", name="Trigger").click()
     _wait_for_the_run_page(ui, page, dialog)
     run_id = unquote(page.url.rsplit("/runs/", 1)[1])
-    _wait_for_run(ui, run_id)
+    ui.wait_for_run("dlq_replay", run_id, "replay", RUN_TIMEOUT_S)
     # The page refreshes itself while the run is active: wait until it shows the end, not the start.
     expect(page.get_by_role("table").get_by_text("Success", exact=True)).to_be_visible(timeout=60_000)
     expect(page.get_by_text("Running", exact=True)).to_have_count(0, timeout=60_000)

@@ -29,26 +29,11 @@ from airflow_kerr.replay.form import MIN_RECORDS_PER_SECOND
 pytestmark = [pytest.mark.ui, pytest.mark.airflow, pytest.mark.timeout(420)]
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-EXAMPLE_DAGS = (
-    "dlq_replay",
-    "tolerance_guard",
-    "on_tolerance_breach",
-    "on_tolerance_recovery",
-    "dlq_auto_replay",
-    "error_aware_pipeline",
-    "smoke_spark_kafka",
-)
 #: Runs that would take the CPU for minutes (Spark) or wait for a breach that never comes: marked failed at once.
 STOP_AT_ONCE = {"error_aware_pipeline", "smoke_spark_kafka", "tolerance_guard"}
 BAD_REGEX = "Invalid(Order"
 #: Task log events before ours: the log's source group, the bundle and DagBag loading, the task start.
 TOP_OF_THE_LOG = 15
-
-
-@pytest.fixture(scope="module")
-def ui_dags() -> tuple[str, ...]:
-    """Wait until every example DAG is parsed, so each can be triggered as soon as the stack is up."""
-    return EXAMPLE_DAGS
 
 
 @pytest.fixture(scope="module")
@@ -173,11 +158,13 @@ def _task_log(ui: LocalUI, dag_id: str, run_id: str, task_id: str) -> list[dict[
     return [item if isinstance(item, dict) else {"event": str(item)} for item in content]
 
 
-def test_every_example_dag_triggers_from_its_form_with_the_defaults(local_ui: LocalUI, page: Any) -> None:
+def test_every_example_dag_triggers_from_its_form_with_the_defaults(
+    local_ui: LocalUI, page: Any, example_dags: tuple[str, ...]
+) -> None:
     from playwright.sync_api import expect
 
     created: dict[str, str] = {}
-    for dag_id in EXAMPLE_DAGS:
+    for dag_id in example_dags:
         params = _params(local_ui, dag_id)
         before = _run_ids(local_ui, dag_id)
         dialog = _open_trigger_form(local_ui, page, dag_id)

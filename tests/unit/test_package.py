@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import zipfile
@@ -44,6 +45,24 @@ def test_every_module_the_provider_lists_imports() -> None:
         assert hasattr(importlib.import_module(module), name), path
     for module in modules:
         importlib.import_module(module)
+
+
+def test_airflow_loads_the_dead_letter_view_plugin() -> None:
+    """Airflow's api-server mounts the DLQ view and shows it under Browse, with a Replay summary tab on DAG runs."""
+    code = (
+        "import json\n"
+        "from airflow import plugins_manager\n"
+        "apps, _ = plugins_manager.get_fastapi_plugins()\n"
+        "views, _ = plugins_manager._get_ui_plugins()\n"
+        "print(json.dumps({'apps': [a['url_prefix'] for a in apps],"
+        " 'views': [(v['url_route'], v['destination']) for v in views]}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "/kerr" in loaded["apps"], loaded
+    assert ["kerr-dead-letters", "nav"] in loaded["views"], loaded
+    assert ["kerr-replay-summary", "dag_run"] in loaded["views"], loaded
 
 
 def test_airflow_providers_list_shows_the_provider() -> None:

@@ -1,0 +1,261 @@
+"""The DLQ view: dead letters an on-call person can read inside the Airflow UI, and a replay of what they select.
+
+Airflow 3 mounts :data:`app` (FastAPI) in its api-server under ``/kerr`` and shows the
+page in its navigation (``Browse → Dead letters``) through an external view; a second
+external view adds a *Replay summary* tab to DAG run pages. Every route runs behind
+Airflow's own authentication (the UI's session cookie or a bearer token) and asks
+Airflow's auth manager whether the user may read the Kafka connection the view reads
+through: whoever may read that connection may read its topics anyway.
+
+What the routes read comes from :mod:`airflow_kerr.kafka.dead_letter_inspection`: headers
+rather than a consumer group's position, a bounded amount per request, nothing ever
+committed. The page adds the summary's chunks up itself, so the first figures show
+within a second and say they are a sample until the count is complete.
+
+The replay is launched through Airflow's public REST API from the browser, with the
+user's own session, so Airflow checks the user's right to trigger ``dlq_replay`` as it
+does for its own form. Airflow 3.3's trigger form cannot be opened prefilled from a URL
+(the feature was merged and reverted upstream), so the page renders the replay DAG's
+form itself, from the same field list the DAG's Params are built from.
+
+Settings (``[kerr]`` in airflow.cfg, or ``AIRFLOW__KERR__*``): ``dead_letter_topics``
+(comma-separated DLQ topics always listed; others are discovered by their error
+headers), ``dead_letter_view_conn_id`` (default ``kafka_default``) and
+``replay_dag_id`` (default ``dlq_replay``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
+from airflow.api_fastapi.core_api.security import GetUserDep
+from airflow.configuration import conf
+from airflow.exceptions import AirflowNotFoundException
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from airflow_kerr.errors.dead_letter import is_topic_name, shown
+from airflow_kerr.kafka.dead_letter_inspection import (
+    InvalidSelection,
+    Selection,
+    TopicNotFound,
+    list_dead_letter_queues,
+    sample_dead_letters,
+    summarize,
+    unread_for_group,
+)
+from airflow_kerr.kafka.offsets import OffsetLookupError
+from airflow_kerr.replay.form import CONNECTION, REPLAY_FORM
+
+URL_PREFIX = "/kerr"
+STATIC = Path(__file__).resolve().parent / "static"
+CONFIG_SECTION = "kerr"
+#: Bounds of one request: what a page may ask for, so no request reads a large DLQ whole.
+MAX_SUMMARY_RECORDS = 500_000
+MAX_SUMMARY_SECONDS = 2.0
+MAX_SAMPLES = 100
+SELECTION_KEYS = ("exception_class", "stage", "source_topic", "pipeline", "start", "end")
+
+
+@dataclass(frozen=True)
+class ViewSettings:
+    """The view's settings from Airflow's configuration, read per request so a changed setting applies."""
+
+    dead_letter_topics: tuple[str, ...]
+    kafka_config_id: str
+    replay_dag_id: str
+
+    @classmethod
+    def from_airflow(cls) -> ViewSettings:
+        topics = conf.get(CONFIG_SECTION, "dead_letter_topics", fallback="") or ""
+        return cls(
+            dead_letter_topics=tuple(t.strip() for t in topics.split(",") if t.strip()),
+            kafka_config_id=conf.get(CONFIG_SECTION, "dead_letter_view_conn_id", fallback="kafka_default")
+            or "kafka_default",
+            replay_dag_id=conf.get(CONFIG_SECTION, "replay_dag_id", fallback="dlq_replay") or "dlq_replay",
+        )
+
+
+def _kafka_config(kafka_config_id: str) -> dict[str, Any]:
+    """The connection's librdkafka settings, as the replay operator reads them (imported here: the hook needs
+    Airflow's provider stack, which the api-server has loaded by the time a request arrives)."""
+    from airflow_kerr.hooks.kafka import KafkaClusterHook
+
+    return KafkaClusterHook(kafka_config_id=kafka_config_id).client_config()
+
+
+async def kafka_config_for(
+    user: GetUserDep,
+    kafka_config_id: Annotated[str | None, Query(description="The Kafka connection to read through")] = None,
+) -> dict[str, Any]:
+    """The Kafka config of the connection the request names, if Airflow lets this user read that connection."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    conn_id = kafka_config_id or ViewSettings.from_airflow().kafka_config_id
+    if not get_auth_manager().is_authorized_connection(
+        method="GET", details=ConnectionDetails(conn_id=conn_id), user=user
+    ):
+        raise HTTPException(403, f"You may not read the connection {conn_id!r}, which the DLQ view reads through.")
+    try:
+        return await run_in_threadpool(_kafka_config, conn_id)
+    except AirflowNotFoundException:
+        raise HTTPException(
+            404, f"kafka_config_id={conn_id!r}: no such connection; create a 'kafka' connection of that id"
+        ) from None
+
+
+KafkaConfig = Annotated[dict[str, Any], Depends(kafka_config_for)]
+
+
+def _topic(topic: str) -> str:
+    if not is_topic_name(topic):
+        raise HTTPException(400, f"topic={shown(topic)}: not a Kafka topic name (1-249 of [a-zA-Z0-9._-])")
+    return topic
+
+
+def _selection(request: Request) -> Selection:
+    try:
+        return Selection.from_query({key: request.query_params.get(key) for key in SELECTION_KEYS})
+    except InvalidSelection as error:
+        raise HTTPException(400, str(error)) from None
+
+
+async def _read(function: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run one bounded read in a worker thread: a bad selection is a 400, a missing topic a 404, and a broker that
+    cannot be reached a 502, each saying so."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return await run_in_threadpool(function, *args, **kwargs)
+    except InvalidSelection as error:
+        raise HTTPException(400, str(error)) from None
+    except TopicNotFound as error:
+        raise HTTPException(404, str(error)) from None
+    except (KafkaException, OffsetLookupError) as error:
+        raise HTTPException(502, f"Kafka did not answer: {error.args[0] if error.args else error}") from None
+
+
+app = FastAPI(title="Kerr dead letters", docs_url=None, redoc_url=None, openapi_url=None)
+app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+
+@app.get("/dead-letters", response_class=HTMLResponse, include_in_schema=False)
+async def dead_letters_page(user: GetUserDep) -> FileResponse:
+    """The page; it loads its figures from the routes below."""
+    return FileResponse(STATIC / "dead_letters.html", headers={"Cache-Control": "no-store"})
+
+
+@app.get("/replay-summary", response_class=HTMLResponse, include_in_schema=False)
+async def replay_summary_page(user: GetUserDep) -> FileResponse:
+    """A DAG run's replay summary, read from the run's XCom through Airflow's API by the page itself."""
+    return FileResponse(STATIC / "replay_summary.html", headers={"Cache-Control": "no-store"})
+
+
+@app.get("/api/settings")
+async def settings(user: GetUserDep) -> dict[str, Any]:
+    """What the page needs to start: the default connection, the replay DAG and its form's fields."""
+    view = ViewSettings.from_airflow()
+    return {
+        "kafka_config_id": view.kafka_config_id,
+        "replay_dag_id": view.replay_dag_id,
+        "dead_letter_topics": list(view.dead_letter_topics),
+        "replay_form": [
+            {
+                "name": field.name,
+                "default": field.default,
+                "schema": field.schema,
+                "title": field.title,
+                "description": field.description,
+                "section": field.section,
+            }
+            for field in (CONNECTION, *REPLAY_FORM)
+        ],
+    }
+
+
+@app.get("/api/topics")
+async def topics(kafka_config: KafkaConfig) -> dict[str, Any]:
+    """The configured DLQ topics and those found by their error headers."""
+    found = await _read(list_dead_letter_queues, kafka_config, ViewSettings.from_airflow().dead_letter_topics)
+    return {"topics": [topic.to_dict() for topic in found]}
+
+
+@app.get("/api/topics/{topic}/summary")
+async def summary(
+    topic: str,
+    request: Request,
+    kafka_config: KafkaConfig,
+    cursor: str | None = None,
+    max_records: Annotated[int, Query(ge=1, le=MAX_SUMMARY_RECORDS)] = 200_000,
+    max_seconds: Annotated[float, Query(gt=0, le=MAX_SUMMARY_SECONDS)] = 1.0,
+) -> dict[str, Any]:
+    """One bounded chunk of counts (a delta: the page adds chunks up); ``cursor`` continues where one ended."""
+    chunk = await _read(
+        summarize,
+        kafka_config,
+        _topic(topic),
+        selection=_selection(request),
+        cursor=cursor or None,
+        max_records=max_records,
+        max_seconds=max_seconds,
+    )
+    return dict(chunk.to_dict())
+
+
+@app.get("/api/topics/{topic}/backlog")
+async def backlog(topic: str, kafka_config: KafkaConfig, group: str) -> dict[str, Any]:
+    """How many records a replay group has not read yet (its committed offsets; the group is never joined)."""
+    if not group.strip():
+        raise HTTPException(400, "group='': expected the replay's consumer group id")
+    backlog = await _read(unread_for_group, kafka_config, _topic(topic), group)
+    return dict(backlog.to_dict())
+
+
+@app.get("/api/topics/{topic}/samples")
+async def samples(
+    topic: str,
+    request: Request,
+    kafka_config: KafkaConfig,
+    limit: Annotated[int, Query(ge=1, le=MAX_SAMPLES)] = 20,
+) -> dict[str, Any]:
+    """The newest dead letters matching the selection, decoded, with secrets masked."""
+    sample = await _read(sample_dead_letters, kafka_config, _topic(topic), selection=_selection(request), limit=limit)
+    return dict(sample.to_dict())
+
+
+@app.exception_handler(HTTPException)
+async def readable_errors(request: Request, error: HTTPException) -> JSONResponse | HTMLResponse:
+    """JSON for the page's calls; for a page opened without a session, a line saying to sign in to Airflow."""
+    if request.url.path.rstrip("/").endswith(("/dead-letters", "/replay-summary")) and error.status_code == 401:
+        return HTMLResponse(
+            "<p>Sign in to Airflow first, then open <em>Dead letters</em> from its menu.</p>", status_code=401
+        )
+    return JSONResponse({"detail": error.detail}, status_code=error.status_code)
+
+
+class DeadLetterViewPlugin(AirflowPlugin):
+    """Registers the DLQ view's routes and its two places in the Airflow UI (declared in the provider's info)."""
+
+    name = "kerr_dead_letters"
+    fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Kerr dead letters"}]
+    external_views = [
+        {
+            "name": "Dead letters",
+            "href": f"{URL_PREFIX}/dead-letters",
+            "url_route": "kerr-dead-letters",
+            "destination": "nav",
+            "category": "browse",
+        },
+        {
+            "name": "Replay summary",
+            "href": f"{URL_PREFIX}/replay-summary?dag_id={{DAG_ID}}&run_id={{RUN_ID}}",
+            "url_route": "kerr-replay-summary",
+            "destination": "dag_run",
+        },
+    ]

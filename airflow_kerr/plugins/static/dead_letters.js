@@ -1,0 +1,444 @@
+// The DLQ view's page: lists DLQ topics, adds up the bounded summary chunks the server returns, shows the newest
+// dead letters, and triggers the replay DAG with the selection through Airflow's REST API (the user's own session).
+// Every value from Kafka is put on the page as text (textContent), never as HTML.
+"use strict";
+
+const KERR = location.pathname.replace(/\/dead-letters\/?$/, "");
+const AIRFLOW = KERR.replace(/\/kerr$/, "");
+const DIMENSIONS = ["exception_class", "stage", "source_topic", "pipeline"];
+const $ = (selector) => document.querySelector(selector);
+
+const state = { settings: null, topic: null, generation: 0, known: {}, counts: {}, timeline: {}, chunk: null };
+
+function element(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (name === "text") node.textContent = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+function showError(message) {
+  const box = $("#error");
+  box.textContent = message || "";
+  box.hidden = !message;
+}
+
+async function getJson(path, params = {}) {
+  const query = new URLSearchParams(
+    Object.entries({ kafka_config_id: $("#conn").value, ...params }).filter(([, v]) => v !== "" && v != null),
+  );
+  const response = await fetch(`${KERR}${path}?${query}`, { credentials: "same-origin" });
+  const body = await response.json().catch(() => ({ detail: `${response.status} ${response.statusText}` }));
+  if (!response.ok) throw new Error(typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail));
+  return body;
+}
+
+const number = (n) => (n == null ? "–" : Number(n).toLocaleString("en-US"));
+const when = (ms) => (ms == null ? "–" : new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC"));
+
+function selection() {
+  const form = new FormData($("#selection"));
+  const chosen = {};
+  for (const key of DIMENSIONS) if (form.get(key)) chosen[key] = form.get(key);
+  for (const key of ["start", "end"]) {
+    const value = form.get(key);
+    if (value) chosen[key] = String(Date.parse(`${value.length === 16 ? `${value}:00` : value}Z`));
+  }
+  return chosen;
+}
+
+async function loadTopics() {
+  showError("");
+  const body = $("#topics tbody");
+  body.replaceChildren();
+  $("#topics-note").textContent = "Reading the topics…";
+  try {
+    const { topics } = await getJson("/api/topics");
+    $("#topics-note").textContent = topics.length
+      ? "Click a topic to see its dead letters."
+      : "No dead letter queue found: none is configured ([kerr] dead_letter_topics) and no topic carries error headers.";
+    for (const topic of topics) {
+      const why = [topic.configured && "configured", topic.discovered && "error headers"].filter(Boolean).join(", ");
+      body.append(
+        element(
+          "tr",
+          { onclick: () => openTopic(topic.name), "data-topic": topic.name },
+          element("td", {}, element("a", { href: `?topic=${encodeURIComponent(topic.name)}`, text: topic.name,
+            onclick: (event) => { event.preventDefault(); openTopic(topic.name); } })),
+          element("td", { class: "num", text: topic.exists === false ? "does not exist" : number(topic.records) }),
+          element("td", { text: why }),
+        ),
+      );
+    }
+  } catch (error) {
+    $("#topics-note").textContent = "";
+    showError(`Could not list the topics: ${error.message}`);
+  }
+}
+
+function openTopic(topic) {
+  state.topic = topic;
+  state.known = Object.fromEntries(DIMENSIONS.map((d) => [d, new Set()]));
+  history.replaceState(null, "", `?topic=${encodeURIComponent(topic)}`);
+  $("#dlq").hidden = false;
+  $("#dlq-title").textContent = topic;
+  $("#group").value = `kerr-replay.${topic}`;
+  $("#selection").reset();
+  for (const key of DIMENSIONS) $(`#selection [name=${key}]`).replaceChildren(element("option", { value: "", text: "any" }));
+  refresh();
+  loadBacklog();
+}
+
+function refresh() {
+  const generation = ++state.generation;
+  state.counts = Object.fromEntries(DIMENSIONS.map((d) => [d, {}]));
+  state.timeline = {};
+  state.matched = 0;
+  state.chunk = null;
+  renderCounts();
+  countAll(generation, selection());
+  loadSamples(generation, selection());
+}
+
+// One chunk after another until the server says the count is complete; a newer selection stops an older loop.
+async function countAll(generation, chosen) {
+  let cursor = null;
+  try {
+    do {
+      const chunk = await getJson(`/api/topics/${encodeURIComponent(state.topic)}/summary`, { ...chosen, cursor });
+      if (generation !== state.generation) return;
+      add(chunk);
+      cursor = chunk.cursor;
+    } while (cursor);
+  } catch (error) {
+    if (generation === state.generation) showError(`Could not count ${state.topic}: ${error.message}`);
+  }
+}
+
+function add(chunk) {
+  state.chunk = chunk;
+  state.matched += chunk.matched;
+  for (const dimension of DIMENSIONS) {
+    for (const [key, n] of Object.entries(chunk.counts[dimension] || {})) {
+      state.counts[dimension][key] = (state.counts[dimension][key] || 0) + n;
+      state.known[dimension].add(key);
+    }
+  }
+  for (const [bucket, n] of Object.entries(chunk.timeline || {})) state.timeline[bucket] = (state.timeline[bucket] || 0) + n;
+  renderCounts();
+}
+
+function renderCounts() {
+  const chunk = state.chunk;
+  $("#total").textContent = chunk ? number(chunk.total) : "–";
+  $("#matched").textContent = chunk ? number(state.matched) : "–";
+  $("#progress").textContent = !chunk
+    ? "Counting…"
+    : chunk.complete
+      ? `All ${number(chunk.total)} records counted.`
+      : `Counted ${number(chunk.position)} of ${number(chunk.total)} records so far: the figures below are a sample ` +
+        "until the count completes.";
+  const chosen = selection();
+  for (const dimension of DIMENSIONS) {
+    const table = $(`#by-${dimension}`);
+    const rows = Object.entries(state.counts[dimension] || {}).sort((a, b) => b[1] - a[1]);
+    const top = rows.length ? rows[0][1] : 1;
+    table.replaceChildren(
+      ...rows.slice(0, 15).map(([key, n]) =>
+        element(
+          "tr",
+          { class: chosen[dimension] === key ? "selected" : "", onclick: () => choose(dimension, key) },
+          element("td", { text: key }),
+          element("td", { class: "num", text: number(n) }),
+          element("td", { class: "bar" }, element("span", { style: `width:${Math.max(2, (100 * n) / top)}%` })),
+        ),
+      ),
+    );
+    if (!rows.length) table.replaceChildren(element("tr", {}, element("td", { class: "note", text: "none" })));
+    const select = $(`#selection [name=${dimension}]`);
+    const present = new Set([...select.options].map((o) => o.value));
+    for (const key of [...(state.known[dimension] || [])].sort()) {
+      if (!present.has(key)) select.append(element("option", { value: key, text: key }));
+    }
+  }
+  renderTimeline();
+}
+
+function choose(dimension, key) {
+  const select = $(`#selection [name=${dimension}]`);
+  select.value = select.value === key ? "" : key;
+  refresh();
+}
+
+function renderTimeline() {
+  const svg = $("#timeline");
+  svg.replaceChildren();
+  const chunk = state.chunk;
+  const entries = Object.entries(state.timeline).map(([b, n]) => [Number(b), n]).sort((a, b) => a[0] - b[0]);
+  if (!chunk || !entries.length) return;
+  const step = chunk.bucket_ms;
+  const first = Math.min(entries[0][0], Math.floor((chunk.oldest_ms ?? entries[0][0]) / step) * step);
+  const last = Math.max(entries[entries.length - 1][0], Math.floor((chunk.newest_ms ?? first) / step) * step);
+  const buckets = Math.round((last - first) / step) + 1;
+  const width = svg.clientWidth || 800;
+  const height = 140;
+  const top = Math.max(...entries.map((e) => e[1]));
+  const barWidth = Math.min(48, Math.max(1, (width - 10) / buckets - 1));
+  $("#timeline-title").textContent = `Failures over time (per ${label(step)}, by the dead letter's timestamp)`;
+  const ns = "http://www.w3.org/2000/svg";
+  for (const [bucket, n] of entries) {
+    const x = ((bucket - first) / step) * (barWidth + 1);
+    const h = Math.max(1, ((height - 30) * n) / top);
+    const rect = document.createElementNS(ns, "rect");
+    rect.setAttribute("x", x);
+    rect.setAttribute("y", height - 18 - h);
+    rect.setAttribute("width", barWidth);
+    rect.setAttribute("height", h);
+    const tip = document.createElementNS(ns, "title");
+    tip.textContent = `${when(bucket)}: ${number(n)}`;
+    rect.append(tip);
+    svg.append(rect);
+  }
+  for (const [x, ms, anchor] of [[0, first, "start"], [width, last + step, "end"]]) {
+    const text = document.createElementNS(ns, "text");
+    text.setAttribute("x", x);
+    text.setAttribute("y", height - 4);
+    text.setAttribute("text-anchor", anchor);
+    text.textContent = when(ms);
+    svg.append(text);
+  }
+}
+
+function label(ms) {
+  const units = [[86400000, "day"], [3600000, "hour"], [60000, "minute"], [1000, "second"]];
+  for (const [size, name] of units) if (ms % size === 0) return ms === size ? name : `${ms / size} ${name}s`;
+  return `${ms} ms`;
+}
+
+async function loadBacklog() {
+  $("#unread").textContent = "–";
+  const group = $("#group").value.trim();
+  if (!group) return;
+  try {
+    const backlog = await getJson(`/api/topics/${encodeURIComponent(state.topic)}/backlog`, { group });
+    $("#unread").textContent = number(backlog.unread);
+  } catch (error) {
+    showError(`Could not read the group's offsets: ${error.message}`);
+  }
+}
+
+async function loadSamples(generation, chosen) {
+  const box = $("#samples");
+  box.replaceChildren(element("p", { class: "note", text: "Reading the newest dead letters…" }));
+  try {
+    const sample = await getJson(`/api/topics/${encodeURIComponent(state.topic)}/samples`, { ...chosen, limit: 20 });
+    if (generation !== state.generation) return;
+    $("#samples-note").textContent = sample.complete
+      ? `(${sample.records.length} shown)`
+      : `(${sample.records.length} shown, from the newest ${number(sample.scanned)} records examined)`;
+    box.replaceChildren(...sample.records.map(renderSample));
+    if (!sample.records.length) box.replaceChildren(element("p", { class: "note", text: "None match." }));
+  } catch (error) {
+    if (generation === state.generation) box.replaceChildren(element("p", { class: "error", text: error.message }));
+  }
+}
+
+function payload(name, part) {
+  if (!part || (part.text == null && part.base64 == null)) return element("div", { class: "note", text: `${name}: null` });
+  const text = part.text != null ? part.text : `base64: ${part.base64}`;
+  const more = part.truncated ? ` (first part of ${number(part.bytes)} bytes)` : "";
+  return element("div", {}, element("div", { class: "note", text: `${name}${more}` }), element("pre", { text }));
+}
+
+function renderSample(record) {
+  const source = record.source || {};
+  const where = [
+    `DLQ ${record.partition}/${record.offset}`,
+    `failed ${when(record.timestamp_ms)}`,
+    source.topic != null ? `source ${source.topic}/${source.partition ?? "?"}/${source.offset ?? "?"}` : "no source topic",
+    record.stage && `stage ${record.stage}`,
+    record.pipeline && `pipeline ${record.pipeline}`,
+  ].filter(Boolean).join(" · ");
+  const headers = element(
+    "table",
+    {},
+    ...record.headers.map((h) => element("tr", {}, element("td", { text: h.name }), element("td", { text: h.value ?? "null" }))),
+  );
+  const card = element(
+    "article",
+    { class: "sample", "data-offset": `${record.partition}/${record.offset}` },
+    element("div", { class: "where", text: where }),
+    element("div", { class: "exception", text: record.exception_class || "(no exception class)" }),
+    element("div", { class: "message", text: record.exception_message || "" }),
+    payload("Value", record.value),
+    payload("Key", record.key),
+    element("details", {}, element("summary", { text: `Headers (${record.headers.length})` }), headers),
+  );
+  if (record.stacktrace) {
+    card.append(element("details", {}, element("summary", { text: "Stack trace" }), element("pre", { text: record.stacktrace })));
+  }
+  return card;
+}
+
+// The replay form, built from the same field list as the replay DAG's Params and prefilled with the selection.
+function openReplay() {
+  const chosen = selection();
+  const prefill = {
+    kafka_config_id: $("#conn").value,
+    dlq_topic: state.topic,
+    replay_group: $("#group").value.trim() || null,
+    source_topics: chosen.source_topic ? [chosen.source_topic] : [],
+    stages: chosen.stage ? [chosen.stage] : [],
+    exception_class_regex: chosen.exception_class ? `^${chosen.exception_class.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}$` : null,
+    start_time: chosen.start ? new Date(Number(chosen.start)).toISOString() : null,
+    end_time: chosen.end ? new Date(Number(chosen.end)).toISOString() : null,
+    dry_run: true,
+  };
+  const box = $("#replay-fields");
+  box.replaceChildren();
+  $("#replay-problems").replaceChildren();
+  for (const field of state.settings.replay_form) {
+    const value = field.name in prefill ? prefill[field.name] : field.default;
+    box.append(fieldInput(field, value));
+  }
+  if (chosen.pipeline) {
+    box.prepend(element("p", { class: "note", text: `The replay has no pipeline setting: records of every pipeline ` +
+      `that match the other fields are selected (the view's pipeline filter was ${chosen.pipeline}).` }));
+  }
+  $("#replay-dialog").showModal();
+}
+
+function types(field) {
+  const type = field.schema.type;
+  return Array.isArray(type) ? type : [type];
+}
+
+function fieldInput(field, value) {
+  const kinds = types(field);
+  const title = element("span", { text: field.title });
+  const help = element("span", { class: "help", text: field.description });
+  let input;
+  if (kinds.includes("boolean")) {
+    input = element("input", { type: "checkbox", name: field.name, "aria-label": field.title });
+    input.checked = Boolean(value);
+    return element("label", {}, input, " ", title, help);
+  }
+  if (kinds.includes("array") || kinds.includes("object")) {
+    input = element("textarea", { name: field.name, rows: "2" });
+    input.value = kinds.includes("array") ? (value || []).join("\n") : value && Object.keys(value).length ? JSON.stringify(value) : "";
+  } else if (field.schema.enum) {
+    input = element("select", { name: field.name }, ...field.schema.enum.map((o) => element("option", { value: o ?? "", text: o ?? "" })));
+    input.value = value ?? "";
+  } else {
+    const numeric = kinds.includes("integer") || kinds.includes("number");
+    input = element("input", { type: numeric ? "number" : "text", name: field.name });
+    if (numeric) input.setAttribute("step", kinds.includes("integer") ? "1" : "any");
+    input.value = value ?? "";
+  }
+  input.setAttribute("aria-label", field.title);
+  return element("label", {}, title, help, input);
+}
+
+// What the form can check before Airflow does: required fields, numbers and their bounds, JSON, ordered ranges.
+function readReplayForm() {
+  const conf = {};
+  const problems = [];
+  for (const field of state.settings.replay_form) {
+    const input = $(`#replay-fields [name=${field.name}]`);
+    const kinds = types(field);
+    const raw = input.type === "checkbox" ? input.checked : input.value.trim();
+    let value = raw;
+    if (input.type === "checkbox") value = raw;
+    else if (raw === "") value = kinds.includes("array") ? [] : kinds.includes("object") ? {} : null;
+    else if (kinds.includes("array")) value = raw.split(/\n|,/).map((s) => s.trim()).filter(Boolean);
+    else if (kinds.includes("object")) {
+      try { value = JSON.parse(raw); } catch { problems.push(`${field.title}: ${raw} is not a JSON object`); }
+    } else if (kinds.includes("integer") || kinds.includes("number")) {
+      value = Number(raw);
+      const s = field.schema;
+      if (!Number.isFinite(value) || (kinds.includes("integer") && !Number.isInteger(value))) {
+        problems.push(`${field.title}: ${raw} is not ${kinds.includes("integer") ? "a whole number" : "a number"}`);
+      } else if (s.minimum != null && value < s.minimum) problems.push(`${field.title}: ${raw} is below ${s.minimum}`);
+      else if (s.exclusiveMinimum != null && value <= s.exclusiveMinimum) problems.push(`${field.title}: must be above ${s.exclusiveMinimum}`);
+      else if (s.maximum != null && value > s.maximum) problems.push(`${field.title}: ${raw} is above ${s.maximum}`);
+    }
+    if (value === null && !kinds.includes("null")) problems.push(`${field.title}: required`);
+    conf[field.name] = value;
+  }
+  for (const [from, until, what] of [["start_time", "end_time", "time"], ["start_offset", "end_offset", "offset"]]) {
+    const a = conf[from];
+    const b = conf[until];
+    if (a != null && b != null) {
+      const [x, y] = what === "time" ? [Date.parse(a), Date.parse(b)] : [a, b];
+      if (Number.isNaN(x) || Number.isNaN(y)) problems.push(`${what} range: ${a} / ${b} is not ISO-8601`);
+      else if (x >= y) problems.push(`${what} range: the start ${a} must be before the end ${b}`);
+    }
+  }
+  return { conf, problems };
+}
+
+async function triggerReplay(event) {
+  event.preventDefault();
+  const { conf, problems } = readReplayForm();
+  const list = $("#replay-problems");
+  list.replaceChildren(...problems.map((p) => element("li", { text: p })));
+  if (problems.length) return;
+  const dag = state.settings.replay_dag_id;
+  const selection = Object.entries(selectionForNote()).map(([k, v]) => `${k}=${v}`).join(", ") || "everything";
+  const response = await fetch(`${AIRFLOW}/api/v2/dags/${encodeURIComponent(dag)}/dagRuns`, {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ logical_date: null, conf, note: `From the Dead letters view: ${state.topic}, ${selection}` }),
+  });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const detail = Array.isArray(body.detail) ? body.detail.map((d) => d.msg).join("; ") : body.detail || response.statusText;
+    list.replaceChildren(element("li", { text: `Airflow refused the run: ${detail}` }));
+    return;
+  }
+  openInAirflow(`${AIRFLOW}/dags/${encodeURIComponent(dag)}/runs/${encodeURIComponent(body.dag_run_id)}`);
+}
+
+// Airflow shows this page in an iframe sandboxed without top navigation, but of the same origin: the page asks
+// Airflow's own router to go to the path, as its links do (history entry, then the popstate its router listens to).
+function openInAirflow(path) {
+  const top = window.top || window;
+  if (top === window) {
+    location.assign(path);
+    return;
+  }
+  top.history.pushState({}, "", path);
+  top.dispatchEvent(new PopStateEvent("popstate", { state: {} }));
+}
+
+function selectionForNote() {
+  const chosen = selection();
+  for (const key of ["start", "end"]) if (chosen[key]) chosen[key] = new Date(Number(chosen[key])).toISOString();
+  return chosen;
+}
+
+async function start() {
+  try {
+    state.settings = await (await fetch(`${KERR}/api/settings`, { credentials: "same-origin" })).json();
+  } catch (error) {
+    showError(`The view's settings could not be read: ${error.message}`);
+    return;
+  }
+  const params = new URLSearchParams(location.search);
+  $("#conn").value = params.get("kafka_config_id") || state.settings.kafka_config_id;
+  $("#reload").addEventListener("click", () => { loadTopics(); if (state.topic) openTopic(state.topic); });
+  $("#selection").addEventListener("change", refresh);
+  $("#clear").addEventListener("click", () => { $("#selection").reset(); refresh(); });
+  $("#group").addEventListener("change", loadBacklog);
+  $("#replay").addEventListener("click", openReplay);
+  $("#replay-submit").addEventListener("click", triggerReplay);
+  await loadTopics();
+  if (params.get("topic")) openTopic(params.get("topic"));
+}
+
+start();
