@@ -121,29 +121,20 @@ def deploy_dags(folder: Path, window_s: float) -> None:
 
 
 def write_task_metrics(bootstrap: str, records_in: int, errors: int) -> int:
-    """One task's metrics record, as the job publishes it after a batch; returns its ``window_end_ms``."""
-    from confluent_kafka import Producer
-
-    from airflow_kerr.errors.metrics import ErrorMetrics
+    """One task's metrics record of the orders pipeline, as the job publishes it; its ``window_end_ms``."""
     from airflow_kerr.examples.orders_tolerance import ORDERS_TOLERANCE
+    from airflow_kerr.local.dead_letters import write_task_metrics as write_record
 
-    pipeline = ORDERS_TOLERANCE["pipeline"]
-    now_ms = int(time.time() * 1000)
-    counters = ErrorMetrics(
-        total_record_failures=errors, total_record_errors=errors, total_records_skipped=errors, records_in=records_in
-    )
-    record = {
-        **counters.to_record(
-            pipeline=pipeline, task=0, run_id=f"bench{now_ms}", window_start_ms=now_ms - 100, window_end_ms=now_ms
-        ),
-        "scope": "task",
-        "state": "success",
-    }
-    producer = Producer({"bootstrap.servers": bootstrap})
-    producer.produce(ORDERS_TOLERANCE["metrics_topic"], key=pipeline.encode(), value=json.dumps(record).encode())
-    if producer.flush(10) != 0:
-        raise BenchmarkError("the metrics record was not delivered")
-    return now_ms
+    try:
+        return write_record(
+            {"bootstrap.servers": bootstrap},
+            ORDERS_TOLERANCE["metrics_topic"],
+            ORDERS_TOLERANCE["pipeline"],
+            records_in,
+            errors,
+        )
+    except RuntimeError as error:
+        raise BenchmarkError(str(error)) from None
 
 
 class CpuMeter:

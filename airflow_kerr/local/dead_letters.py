@@ -1,4 +1,5 @@
-"""Write dead letters as the error-aware job writes them: sample data for the local UI, the demo and the tests."""
+"""Write what the error-aware job leaves after a batch, without running it: its dead letters and its task metrics
+record. Sample data for the local UI, the demo, the tests and the benchmarks."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_kerr.errors import ErrorContext, HeaderFormat, SourceRecord, Stage, TaskId, build_dead_letter_record
+from airflow_kerr.errors.metrics import ErrorMetrics
 
 
 @dataclass(frozen=True)
@@ -44,3 +46,34 @@ def write_dead_letters(
     if producer.flush(30) != 0:
         raise RuntimeError(f"could not write {count} dead letters to {dlq_topic} within 30 s")
     return count
+
+
+def write_task_metrics(
+    kafka_config: Mapping[str, Any], metrics_topic: str, pipeline: str, records_in: int, errors: int
+) -> int:
+    """Produce one task's metrics record for a batch of ``records_in`` with ``errors`` failed (all tolerated), as the
+    job publishes it on its metrics topic; return the record's ``window_end_ms``.
+
+    Raises ``RuntimeError`` when the broker did not take it within 30 s.
+    """
+    import json
+    import time
+
+    from confluent_kafka import Producer
+
+    now_ms = int(time.time() * 1000)
+    counters = ErrorMetrics(
+        total_record_failures=errors, total_record_errors=errors, total_records_skipped=errors, records_in=records_in
+    )
+    record = {
+        **counters.to_record(
+            pipeline=pipeline, task=0, run_id=f"r{now_ms}", window_start_ms=now_ms - 100, window_end_ms=now_ms
+        ),
+        "scope": "task",
+        "state": "success",
+    }
+    producer = Producer(dict(kafka_config))
+    producer.produce(metrics_topic, key=pipeline.encode(), value=json.dumps(record).encode())
+    if producer.flush(30) != 0:
+        raise RuntimeError(f"could not write the metrics record of {pipeline} to {metrics_topic} within 30 s")
+    return now_ms

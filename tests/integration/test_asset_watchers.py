@@ -18,13 +18,11 @@ from typing import Any
 
 import pytest
 from airflow.triggers.shared_stream import SharedStreamManager
-from confluent_kafka import Producer
 
 from airflow_kerr.assets.watched import dead_letter_queue_asset, tolerance_asset
 from airflow_kerr.errors import SourceRecord, Stage
-from airflow_kerr.errors.metrics import ErrorMetrics
 from airflow_kerr.kafka.offsets import group_offsets
-from airflow_kerr.local.dead_letters import Failure
+from airflow_kerr.local.dead_letters import Failure, write_task_metrics
 from airflow_kerr.local.dead_letters import write_dead_letters as write_failures
 from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
 
@@ -49,24 +47,6 @@ def write_dead_letters(kafka_config: dict[str, Any], dlq: str, count: int, *erro
         for o in range(count)
     ]
     assert write_failures(kafka_config, dlq, failures) == count
-
-
-def write_task_metrics(kafka_config: dict[str, Any], topic: str, pipeline: str, records_in: int, errors: int) -> None:
-    """One task's metrics record, as the job publishes it after a batch."""
-    now_ms = int(time.time() * 1000)
-    counters = ErrorMetrics(
-        total_record_failures=errors, total_record_errors=errors, total_records_skipped=errors, records_in=records_in
-    )
-    record = {
-        **counters.to_record(
-            pipeline=pipeline, task=0, run_id=f"r{now_ms}", window_start_ms=now_ms - 100, window_end_ms=now_ms
-        ),
-        "scope": "task",
-        "state": "success",
-    }
-    producer = Producer(kafka_config)
-    producer.produce(topic, key=pipeline.encode(), value=json.dumps(record).encode())
-    assert producer.flush(10) == 0
 
 
 class Triggerer:

@@ -25,14 +25,13 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Producer
 
 from airflow_kerr.assets.watched import tolerance_asset
-from airflow_kerr.errors import ErrorMetrics, RetriableError, SourceRecord, Stage
+from airflow_kerr.errors import RetriableError, SourceRecord, Stage
 from airflow_kerr.examples.orders_tolerance import ORDERS_TOLERANCE
 from airflow_kerr.kafka.offsets import group_offsets, read_to_end
 from airflow_kerr.local.broker import ensure_topics, free_port
-from airflow_kerr.local.dead_letters import Failure
+from airflow_kerr.local.dead_letters import Failure, write_task_metrics
 from airflow_kerr.local.dead_letters import write_dead_letters as write_failures
 from airflow_kerr.local.demo import AlertReceiver
 from airflow_kerr.local.orders_example import CONNECTOR
@@ -40,6 +39,9 @@ from airflow_kerr.local.ui import LocalUI, pid_alive, process_tree, start_local_
 from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
 
 pytestmark = [pytest.mark.connect]
+
+#: Where and under which pipeline the example DAGs read the job's metrics (examples/orders_tolerance.py).
+METRICS_TOPIC, PIPELINE = ORDERS_TOLERANCE["metrics_topic"], ORDERS_TOLERANCE["pipeline"]
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = "**ORDERS_TOLERANCE)"
@@ -150,7 +152,7 @@ def test_a_poison_batch_pauses_the_connector_and_alerts_once_then_a_clean_batch_
     assert details["error_rate"] == 0.1 and details["max_error_rate"] == 0.02 and details["records_in"] == 500, details
 
     time.sleep(WINDOW_S)  # the poison batch leaves the window
-    write_task_metrics(config, records_in=500, errors=0)  # a clean batch
+    write_task_metrics(config, METRICS_TOPIC, PIPELINE, records_in=500, errors=0)  # a clean batch
     wait_for("orders-sink to run again", lambda: stack.connector_state() == "RUNNING", 180, stack)
     [recovery_run] = wait_for(
         "the recovery run to succeed",
@@ -238,22 +240,4 @@ def poison_batch(config: dict[str, Any], records_in: int, malformed: int) -> Non
     converter = "airflow_kerr.spark.stages.JsonConverter"
     failures = [Failure(r, Stage.VALUE_CONVERTER, malformed_json, converter) for r in records]
     assert write_failures(config, "orders.dlq", failures) == malformed
-    write_task_metrics(config, records_in=records_in, errors=malformed)
-
-
-def write_task_metrics(config: dict[str, Any], records_in: int, errors: int) -> None:
-    """The task metrics record the job publishes for a batch of ``orders_pipeline`` on ``kerr.metrics``."""
-    now_ms = int(time.time() * 1000)
-    counters = ErrorMetrics(
-        total_record_failures=errors, total_record_errors=errors, total_records_skipped=errors, records_in=records_in
-    )
-    record = {
-        **counters.to_record(
-            pipeline="orders_pipeline", task=0, run_id=f"r{now_ms}", window_start_ms=now_ms - 100, window_end_ms=now_ms
-        ),
-        "scope": "task",
-        "state": "success",
-    }
-    producer = Producer(config)
-    producer.produce("kerr.metrics", key=b"orders_pipeline", value=json.dumps(record).encode())
-    assert producer.flush(10) == 0
+    write_task_metrics(config, METRICS_TOPIC, PIPELINE, records_in=records_in, errors=malformed)

@@ -13,11 +13,10 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Producer
 
-from airflow_kerr.errors import ErrorMetrics
 from airflow_kerr.examples.orders import generate_orders
 from airflow_kerr.local.connect_worker import ConnectWorker, connector_config
+from airflow_kerr.local.dead_letters import write_task_metrics
 from airflow_kerr.spark.job import run_job
 from airflow_kerr.spark.spec import PipelineSpec
 
@@ -209,24 +208,6 @@ def test_breach_pauses_alerts_and_recovery_resumes(
     assert f"Dead letter queue: {topic}.dlq (counts above: its newest 20 dead letters)" in text, text
     assert details["top_exception_classes"] == [["json.decoder.JSONDecodeError", 20]]
     assert details["sample_error"] is None
-
-
-def write_task_metrics(kafka_config: dict[str, Any], topic: str, pipeline: str, records_in: int, errors: int) -> None:
-    """The task metrics record the error-aware job publishes after a batch (no Spark needed for a reading)."""
-    now_ms = int(time.time() * 1000)
-    counters = ErrorMetrics(
-        total_record_failures=errors, total_record_errors=errors, total_records_skipped=errors, records_in=records_in
-    )
-    record = {
-        **counters.to_record(
-            pipeline=pipeline, task=0, run_id=f"r{now_ms}", window_start_ms=now_ms - 100, window_end_ms=now_ms
-        ),
-        "scope": "task",
-        "state": "success",
-    }
-    producer = Producer(kafka_config)
-    producer.produce(topic, key=pipeline.encode(), value=json.dumps(record).encode())
-    assert producer.flush(10) == 0
 
 
 def test_an_unreadable_dlq_still_alerts_and_says_why_the_sample_is_missing(
