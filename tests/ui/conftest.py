@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 
 from airflow_kerr.local.broker import free_port
-from airflow_kerr.local.ui import LocalUI, pid_alive, process_tree, start_local_ui
+from airflow_kerr.local.ui import ROLE, USERNAME, LocalUI, pid_alive, process_tree, start_local_ui
 
+#: A user of the shared stack with Airflow's viewer role; Airflow generates its password into the passwords file.
+VIEWER = "viewer"
 DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
 CHROMIUM = Path(os.environ.get("KERR_CHROMIUM", "/usr/bin/chromium"))
 # The flags headless chromium needs as root in a container with no GPU, and no calls home.
@@ -88,6 +90,8 @@ def local_ui(chromium: Path, kafka_bootstrap: str, tmp_path_factory: pytest.Temp
         bootstrap_servers=kafka_bootstrap,
         seed_sample_dlq=False,
         wait_for_dags=EXAMPLE_DAGS,
+        # A second user with Airflow's read-only role, for the permission checks of the DLQ view.
+        environment={"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:{ROLE},{VIEWER}:viewer"},
         startup_timeout_s=300,
     )
     assert ui.process is not None

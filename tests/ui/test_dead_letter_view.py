@@ -10,6 +10,7 @@ summary tab. Screenshots go to ``tests/ui/artifacts/``.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from pathlib import Path
@@ -58,6 +59,22 @@ def test_the_view_needs_an_airflow_session(local_ui: LocalUI) -> None:
         f"{local_ui.url}/kerr/api/topics", headers={"Authorization": f"Bearer {local_ui.token()}"}, timeout=60
     )
     assert signed_in.status_code == 200, signed_in.text
+
+
+def test_a_user_who_may_not_read_the_kafka_connection_may_not_read_its_dead_letters(local_ui: LocalUI) -> None:
+    """Airflow's viewer role may not read connections, so the view refuses it the topics (403) and says why."""
+    passwords = json.loads((local_ui.airflow_home / "simple_auth_manager_passwords.json").read_text())
+    login = httpx.post(
+        f"{local_ui.url}/auth/token", json={"username": "viewer", "password": passwords["viewer"]}, timeout=60
+    )
+    login.raise_for_status()
+    answer = httpx.get(
+        f"{local_ui.url}/kerr/api/topics",
+        headers={"Authorization": f"Bearer {login.json()['access_token']}"},
+        timeout=60,
+    )
+    assert answer.status_code == 403, answer.text
+    assert "kafka_default" in answer.json()["detail"]
 
 
 def test_see_the_dead_letters_and_replay_that_selection(
