@@ -52,7 +52,9 @@ def alert_once_per_breach(
     if state.get(ALERTED_KEY) == breach["breach_id"]:
         log.info("breach %s was alerted already; not again", breach["breach_id"])
         return None
-    sender = ToleranceBreachNotifier(reading=breach, sample=breach.get("sample"), **dict(notifier or {}))
+    sender = ToleranceBreachNotifier(
+        reading=breach, sample=breach.get("sample"), sample_error=breach.get("sample_error"), **dict(notifier or {})
+    )
     sender.render_template_fields(context)  # type: ignore[arg-type]
     details = sender.details(context)  # type: ignore[arg-type]
     sender.send(details)

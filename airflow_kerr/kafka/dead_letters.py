@@ -9,7 +9,7 @@ are read, for a sample of what went wrong.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,3 +164,26 @@ def latest_dead_letters(kafka_config: Mapping[str, Any], topic: str, count: int 
     window = {partition: max(0, end - count) for partition, end in ends.items()}
     growth = DeadLetterGrowth(sum(ends[p] - window[p] for p in ends), ends, window)
     return newest_dead_letters(kafka_config, topic, growth, sample_size=count)
+
+
+#: How many of the DLQ's newest dead letters a breach alert counts its top exceptions and stages over.
+ALERT_SAMPLE_SIZE = 20
+
+
+def alert_sample(
+    kafka_config: Callable[[], Mapping[str, Any]], dlq_topic: str | None, count: int = ALERT_SAMPLE_SIZE
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The newest ``count`` dead letters of ``dlq_topic`` for a breach alert, or none and why they could not be read.
+
+    A bounded read with no consumer group (nothing is committed, nobody's lag moves).
+    ``kafka_config`` is called inside, so a connection that cannot be read is one more
+    reason: any failure becomes the reason the alert prints, since the person paged
+    should learn that the sample is missing and why, and the alert must go out all the
+    same. No ``dlq_topic``: no sample, and nothing to explain.
+    """
+    if not dlq_topic:
+        return [], None
+    try:
+        return latest_dead_letters(kafka_config(), dlq_topic, count), None
+    except Exception as exc:  # librdkafka, the connection lookup and the parser raise many unrelated types
+        return [], f"{type(exc).__name__}: {exc}"

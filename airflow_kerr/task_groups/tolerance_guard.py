@@ -21,7 +21,7 @@ from airflow.sdk import TaskGroup, task
 
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
-from airflow_kerr.kafka.dead_letters import latest_dead_letters
+from airflow_kerr.kafka.dead_letters import alert_sample
 from airflow_kerr.kafka.tolerance import seconds
 from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.operators.connector_control import PauseConnectorOperator, ResumeConnectorOperator
@@ -29,27 +29,6 @@ from airflow_kerr.sensors.connector_state import ConnectorStateSensor
 from airflow_kerr.sensors.tolerance import ToleranceSensor
 
 GO_AHEAD_PARAM = "resume_without_recovery"
-#: How many of the DLQ's newest dead letters the alert counts: as many as the event-driven breach quotes.
-SAMPLE_SIZE = 20
-
-
-def dead_letter_sample(
-    kafka_config_id: str, dlq_topic: str | None, count: int = SAMPLE_SIZE
-) -> tuple[list[dict[str, Any]], str | None]:
-    """The newest ``count`` dead letters of ``dlq_topic`` for the alert, or none and why they could not be read.
-
-    A bounded read with no consumer group (nothing is committed, nobody's lag moves).
-    Any failure, the connection's included, becomes the reason the alert prints: the
-    person paged should learn that the sample is missing and why, and the alert must go
-    out all the same. No ``dlq_topic``: no sample, and nothing to explain.
-    """
-    if not dlq_topic:
-        return [], None
-    try:
-        config = KafkaClusterHook(kafka_config_id=kafka_config_id).client_config()
-        return latest_dead_letters(config, dlq_topic, count), None
-    except Exception as exc:  # librdkafka, the hook and the parser raise many unrelated types
-        return [], f"{type(exc).__name__}: {exc}"
 
 
 def tolerance_guard(
@@ -129,7 +108,9 @@ def tolerance_guard(
             )
             notifier_task.render_template_fields(context)  # type: ignore[arg-type]
             # The rendered topic: a templated dlq_topic is read as the sensors read it.
-            sample, problem = dead_letter_sample(kafka_config_id, notifier_task.dlq_topic)
+            sample, problem = alert_sample(
+                KafkaClusterHook(kafka_config_id=kafka_config_id).client_config, notifier_task.dlq_topic
+            )
             if problem:
                 notifier_task.log.warning("no dead-letter sample from %s: %s", notifier_task.dlq_topic, problem)
             notifier_task.sample = notifier_task.sample or sample

@@ -6,15 +6,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_kerr.kafka.dead_letters import latest_dead_letters
+from airflow_kerr.kafka.dead_letters import alert_sample
 from airflow_kerr.kafka.tolerance import ToleranceWatch, reading_with_limits, watch_problems
 from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
 from airflow_kerr.triggers.watch import CursorStream, WatchTrigger, default_cursor_group
 
 FIRE_ON = ("breach", "recovery")
-
-#: How many of the newest dead letters a breach event quotes.
-SAMPLE_SIZE = 20
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +52,13 @@ class ToleranceTransitionStream(CursorStream):
             after = {"state": "healthy", "last_breach_id": state.get("breach_id")}
         else:
             breach_id = f"{self.settings.get('pipeline') or self.settings.get('dlq_topic')}@{reading.window_end_ms}"
-            event = {"status": "breach", "breach_id": breach_id, "sample": self.dead_letter_sample()}
+            dlq = self.settings.get("dlq_topic")
+            sample, problem = alert_sample(lambda: self.kafka_config, dlq)
+            if problem:  # the breach is news without its sample; the alert says why it has none
+                log.warning("no dead-letter sample from %s for the breach event: %s", dlq, problem)
+            event = {"status": "breach", "breach_id": breach_id, "sample": sample, "sample_error": problem}
             after = {"state": "breached", "breach_id": breach_id, "since_ms": reading.window_end_ms}
         return [({**event, **reading_with_limits(reading.as_dict(), settings)}, WatchPosition(state=after))]
-
-    def dead_letter_sample(self) -> list[dict[str, Any]]:
-        """The newest few dead letters of the watch's DLQ, for the alert's top exceptions and stages."""
-        dlq = self.settings.get("dlq_topic")
-        if not dlq:
-            return []
-        try:
-            return latest_dead_letters(self.kafka_config, dlq, SAMPLE_SIZE)
-        except Exception as error:  # the breach is news without its sample
-            log.warning("no dead-letter sample from %s for the breach event: %s", dlq, error)
-            return []
 
 
 class ToleranceEventTrigger(WatchTrigger):

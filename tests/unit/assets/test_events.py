@@ -70,6 +70,14 @@ def test_a_breach_is_alerted_once_even_when_its_event_comes_again(caplog: pytest
     assert alert_once_per_breach(context, BREACH) is not None and state[ALERTED_KEY] == "orders@9"
 
 
+def test_a_breach_whose_dlq_could_not_be_read_alerts_saying_why_it_has_no_sample() -> None:
+    context: dict[str, Any] = {"asset_state_store": {BREACH: StateStore()}}
+    event = {**breach("orders@3"), "dlq_topic": "orders.dlq", "sample": [], "sample_error": "OffsetLookupError: gone"}
+    context["triggering_asset_events"] = {"breach": [watcher_event(event, 3)]}
+    sent = alert_once_per_breach(context, BREACH)
+    assert sent is not None and sent["sample_error"] == "OffsetLookupError: gone"
+
+
 def test_a_dlq_asset_names_the_missing_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIRFLOW_CONN_KAFKA_DEFAULT", raising=False)
     with pytest.raises(

@@ -9,9 +9,11 @@ import pendulum
 import pytest
 from airflow.sdk import DAG
 
+from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.kafka.dead_letters import alert_sample
 from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.sensors.tolerance import ToleranceSensor
-from airflow_kerr.task_groups.tolerance_guard import dead_letter_sample, tolerance_guard
+from airflow_kerr.task_groups.tolerance_guard import tolerance_guard
 
 DLQ_GUARD: dict[str, Any] = {
     "connectors": "orders-sink",
@@ -82,8 +84,9 @@ def test_an_alert_without_its_sample_says_why() -> None:
 
 
 def test_the_guard_reads_no_sample_without_a_dlq_and_names_a_missing_connection() -> None:
-    assert dead_letter_sample("kafka_default", None) == ([], None)
-    sample, problem = dead_letter_sample("kerr_no_such_connection", "orders.dlq")
+    assert alert_sample(KafkaClusterHook(kafka_config_id="kafka_default").client_config, None) == ([], None)
+    missing = KafkaClusterHook(kafka_config_id="kerr_no_such_connection")
+    sample, problem = alert_sample(missing.client_config, "orders.dlq")
     assert sample == [] and problem is not None and "kerr_no_such_connection" in problem, problem
 
 
