@@ -51,6 +51,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from machine_load import CpuMeter
+
 RESULTS = Path(__file__).resolve().parent / "results"
 FIRST_FIGURES_GOAL_S = 2.0
 FULL_COUNTS_GOAL_S = 10.0
@@ -127,53 +129,6 @@ def write_dlq(config: dict[str, Any], topic: str, count: int, partitions: int) -
     return time.perf_counter() - started
 
 
-class OthersMeter:
-    """Cores used by processes outside this benchmark's process tree (the broker is its child), from /proc."""
-
-    def __init__(self) -> None:
-        self.hz = os.sysconf("SC_CLK_TCK")
-
-    def _tree_ticks(self) -> int:
-        children: dict[int, list[int]] = {}
-        ticks: dict[int, int] = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            children.setdefault(int(stat[1]), []).append(int(entry.name))
-            ticks[int(entry.name)] = sum(int(value) for value in stat[11:15])
-        found, pending = 0, [os.getpid()]
-        while pending:
-            pid = pending.pop()
-            found += ticks.get(pid, 0)
-            pending.extend(children.get(pid, []))
-        return found
-
-    def sample(self) -> tuple[float, int, int]:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
-        return time.monotonic(), user + nice + system + irq + softirq + steal, self._tree_ticks()
-
-    def others_cores(self, before: tuple[float, int, int], after: tuple[float, int, int]) -> float:
-        elapsed = after[0] - before[0]
-        return max(0.0, ((after[1] - before[1]) - (after[2] - before[2])) / self.hz / elapsed) if elapsed > 0 else 0.0
-
-    def wait_quiet(self, timeout_s: float) -> tuple[float, float]:
-        """Wait until two 3 s spans in a row saw others use < QUIET_CORES; (seconds waited, the last reading)."""
-        started = time.monotonic()
-        quiet = 0
-        others = 0.0
-        while quiet < 2 and time.monotonic() - started < timeout_s:
-            before = self.sample()
-            time.sleep(3.0)
-            others = self.others_cores(before, self.sample())
-            quiet = quiet + 1 if others < QUIET_CORES else 0
-        return time.monotonic() - started, others
-
-
 def one_run(config: dict[str, Any], topic: str, expected: dict[str, Counter[str]]) -> dict[str, Any]:
     """The page's calls for one DLQ, timed: first figures, then chained summary chunks to full counts."""
     from airflow_kerr.kafka.dead_letter_inspection import (
@@ -245,18 +200,20 @@ def main() -> int:
     broker = None if external else LocalBroker(kind=args.broker).start()
     config: dict[str, Any] = {"bootstrap.servers": external or broker.bootstrap_servers}  # type: ignore[union-attr]
     topic = f"bench.dlq_summary.{uuid.uuid4().hex[:8]}.dlq"
-    meter = OthersMeter()
+    meter = CpuMeter()
     rows: list[dict[str, Any]] = []
     try:
         written_s = write_dlq(config, topic, args.records, args.partitions)
         print(f"wrote {args.records:,} dead letters in {written_s:.1f} s", flush=True)
         expected = expected_counts(args.records)
         for run in range(args.runs):
-            waited, quiet_reading = meter.wait_quiet(args.quiet_timeout) if args.quiet_timeout > 0 else (0.0, -1.0)
+            waited, quiet_reading = (0.0, -1.0)
+            if args.quiet_timeout > 0:
+                waited, quiet_reading = meter.wait_quiet(QUIET_CORES, args.quiet_timeout)
             before = meter.sample()
             row = one_run(config, topic, expected)
             row.update(run=run, waited_for_quiet_s=waited, others_cores_before=quiet_reading)
-            row["others_cores"] = meter.others_cores(before, meter.sample())
+            row["others_cores"] = meter.foreign_cores(before, meter.sample())
             rows.append(row)
             print(
                 f"run {run}: first figures {row['first_figures_s']:.2f} s {row['parts_s']}, "
