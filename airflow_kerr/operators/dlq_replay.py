@@ -27,7 +27,7 @@ from airflow_kerr.replay.engine import DlqReplay
 from airflow_kerr.replay.form import CONNECTION, REPLAY_FORM, REPLAY_SETTINGS
 from airflow_kerr.replay.options import DEFAULT_BATCH_SIZE, InvalidReplayOptions, ReplayOptions
 from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, Action
-from airflow_kerr.replay.summary import ReplaySummary
+from airflow_kerr.replay.summary import DONE, ReplaySummary
 from airflow_kerr.replay.transactions import DEFAULT_TRANSACTION_TIMEOUT_S
 
 #: The operator's attribute for each replay setting: the setting's own name, except ``dry_run``, kept as
@@ -37,8 +37,7 @@ ATTRIBUTES: dict[str, str] = {name: "dry_run_only" if name == "dry_run" else nam
 
 def verb(action: Action, dry_run: bool) -> str:
     """How the log names a decision: what was done (``replayed``), or in a dry run what would be (``would replay``)."""
-    done = {Action.REPLAY: "replayed", Action.PARK: "parked", Action.DROP: "dropped"}[action]
-    return f"would {action.value}" if dry_run else done
+    return f"would {action.value}" if dry_run else DONE[action]
 
 
 def replay_form_params() -> dict[str, Param]:

@@ -343,30 +343,33 @@ function fieldInput(field, value) {
   return element("label", {}, title, help, input);
 }
 
+// A text field's value as its schema types it (empty: the type's empty value, or null), its problems into `problems`.
+function fromText(field, raw, problems) {
+  const kinds = types(field);
+  if (raw === "") return kinds.includes("array") ? [] : kinds.includes("object") ? {} : null;
+  if (kinds.includes("array")) return raw.split(/\n|,/).map((s) => s.trim()).filter(Boolean);
+  if (kinds.includes("object")) {
+    try { return JSON.parse(raw); } catch { problems.push(`${field.title}: ${raw} is not a JSON object`); return raw; }
+  }
+  if (!kinds.includes("integer") && !kinds.includes("number")) return raw;
+  const value = Number(raw);
+  const s = field.schema;
+  if (!Number.isFinite(value) || (kinds.includes("integer") && !Number.isInteger(value))) {
+    problems.push(`${field.title}: ${raw} is not ${kinds.includes("integer") ? "a whole number" : "a number"}`);
+  } else if (s.minimum != null && value < s.minimum) problems.push(`${field.title}: ${raw} is below ${s.minimum}`);
+  else if (s.exclusiveMinimum != null && value <= s.exclusiveMinimum) problems.push(`${field.title}: must be above ${s.exclusiveMinimum}`);
+  else if (s.maximum != null && value > s.maximum) problems.push(`${field.title}: ${raw} is above ${s.maximum}`);
+  return value;
+}
+
 // What the form can check before Airflow does: required fields, numbers and their bounds, JSON, ordered ranges.
 function readReplayForm() {
   const conf = {};
   const problems = [];
   for (const field of state.settings.replay_form) {
     const input = $(`#replay-fields [name=${field.name}]`);
-    const kinds = types(field);
-    const raw = input.type === "checkbox" ? input.checked : input.value.trim();
-    let value = raw;
-    if (input.type === "checkbox") value = raw;
-    else if (raw === "") value = kinds.includes("array") ? [] : kinds.includes("object") ? {} : null;
-    else if (kinds.includes("array")) value = raw.split(/\n|,/).map((s) => s.trim()).filter(Boolean);
-    else if (kinds.includes("object")) {
-      try { value = JSON.parse(raw); } catch { problems.push(`${field.title}: ${raw} is not a JSON object`); }
-    } else if (kinds.includes("integer") || kinds.includes("number")) {
-      value = Number(raw);
-      const s = field.schema;
-      if (!Number.isFinite(value) || (kinds.includes("integer") && !Number.isInteger(value))) {
-        problems.push(`${field.title}: ${raw} is not ${kinds.includes("integer") ? "a whole number" : "a number"}`);
-      } else if (s.minimum != null && value < s.minimum) problems.push(`${field.title}: ${raw} is below ${s.minimum}`);
-      else if (s.exclusiveMinimum != null && value <= s.exclusiveMinimum) problems.push(`${field.title}: must be above ${s.exclusiveMinimum}`);
-      else if (s.maximum != null && value > s.maximum) problems.push(`${field.title}: ${raw} is above ${s.maximum}`);
-    }
-    if (value === null && !kinds.includes("null")) problems.push(`${field.title}: required`);
+    const value = input.type === "checkbox" ? input.checked : fromText(field, input.value.trim(), problems);
+    if (value === null && !types(field).includes("null")) problems.push(`${field.title}: required`);
     conf[field.name] = value;
   }
   for (const [from, until, what] of [["start_time", "end_time", "time"], ["start_offset", "end_offset", "offset"]]) {
@@ -388,12 +391,12 @@ async function triggerReplay(event) {
   list.replaceChildren(...problems.map((p) => element("li", { text: p })));
   if (problems.length) return;
   const dag = state.settings.replay_dag_id;
-  const selection = Object.entries(selectionForNote()).map(([k, v]) => `${k}=${v}`).join(", ") || "everything";
+  const described = Object.entries(selectionForNote()).map(([k, v]) => `${k}=${v}`).join(", ") || "everything";
   const response = await fetch(`${AIRFLOW}/api/v2/dags/${encodeURIComponent(dag)}/dagRuns`, {
     method: "POST",
     credentials: "same-origin",
     headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ logical_date: null, conf, note: `From the Dead letters view: ${state.topic}, ${selection}` }),
+    body: JSON.stringify({ logical_date: null, conf, note: `From the Dead letters view: ${state.topic}, ${described}` }),
   });
   const body = await response.json().catch(() => ({}));
   if (!response.ok) {
