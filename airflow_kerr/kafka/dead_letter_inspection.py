@@ -37,7 +37,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -242,14 +242,7 @@ class Selection:
         return any(v is not None for v in (self.exception_class, self.stage, self.source_topic, self.pipeline))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "exception_class": self.exception_class,
-            "stage": self.stage,
-            "source_topic": self.source_topic,
-            "pipeline": self.pipeline,
-            "start_ms": self.start_ms,
-            "end_ms": self.end_ms,
-        }
+        return asdict(self)
 
     def fingerprint(self) -> str:
         """A short digest a cursor carries, so a scan resumed with another selection is refused, not mis-added."""
@@ -439,14 +432,7 @@ class DeadLetterQueueTopic:
     exists: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "partitions": self.partitions,
-            "records": self.records,
-            "configured": self.configured,
-            "discovered": self.discovered,
-            "exists": self.exists,
-        }
+        return asdict(self)
 
 
 _DLQ_LIKE = re.compile(r"dlq|dead|error|fail", re.IGNORECASE)
@@ -992,13 +978,7 @@ class Payload:
     truncated: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "base64": self.base64,
-            "json": self.json,
-            "bytes": self.bytes,
-            "truncated": self.truncated,
-        }
+        return asdict(self)
 
 
 def describe_payload(raw: bytes | None) -> Payload:
