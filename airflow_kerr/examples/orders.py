@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow_kerr.errors import RetriableError
 from airflow_kerr.replay.policy import ReplayRecord
-from airflow_kerr.spark.stages import PipelineRecord
+from airflow_kerr.spark.stages import PipelineRecord, batch_transformation
 
 _FAILED_ONCE: set[tuple[str, int, int]] = set()
 
@@ -123,6 +123,49 @@ def enrich_order(record: PipelineRecord) -> PipelineRecord:
             raise TransientLookupError(f"customer lookup timed out for order {order['id']}")
     order["amount_cents"] = round(order["amount"] * 100)
     return record
+
+
+@batch_transformation
+def validate_orders(batch: Any) -> Any:
+    """:func:`validate_order` for a whole Arrow batch: one bad order fails the call, naming the first one.
+
+    The job then bisects the batch until each bad order is called alone, so every invalid
+    order reaches the DLQ with the same exception and message as on the per-record path.
+    """
+    import pyarrow.compute as pc
+
+    value = batch.column("value")
+    if not _is_struct_with(value, "id", "amount"):
+        raise InvalidOrder(f"not an order: {value.type}")
+    ids, amounts = pc.struct_field(value, "id"), pc.struct_field(value, "amount")
+    bad = pc.or_kleene(pc.invert(pc.is_valid(ids)), pc.invert(pc.greater(pc.fill_null(amounts, 0), 0)))
+    if pc.any(bad).as_py():
+        first = pc.index(bad, True).as_py()
+        order_id, amount = ids[first].as_py(), amounts[first].as_py()
+        if order_id is None:
+            raise InvalidOrder(f"not an order: {batch.slice(first, 1).column('value').to_pylist()[0]!r}")
+        raise InvalidOrder(f"order {order_id} has a non-positive amount: {amount!r}")
+    return batch
+
+
+@batch_transformation
+def add_amount_cents(batch: Any) -> Any:
+    """The amount in cents as a new field of each order (:func:`enrich_order` without its flaky lookup)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    value = batch.column("value")
+    cents = pc.cast(pc.round(pc.multiply(pc.struct_field(value, "amount"), 100)), pa.int64())
+    fields = [value.field(index) for index in range(value.type.num_fields)]
+    names = [field.name for field in value.type]
+    enriched = pa.StructArray.from_arrays([*fields, cents], names=[*names, "amount_cents"], mask=value.is_null())
+    return batch.set_column(batch.schema.get_field_index("value"), "value", enriched)
+
+
+def _is_struct_with(column: Any, *names: str) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_struct(column.type) and all(column.type.get_field_index(name) >= 0 for name in names)
 
 
 def repair_order(record: ReplayRecord) -> ReplayRecord | None:

@@ -63,7 +63,17 @@ from airflow_kerr.spark import kafka_source
 from airflow_kerr.spark.kafka_source import OffsetRange, plan_offset_ranges, ranges_to_json, split_ranges
 from airflow_kerr.spark.sinks import KafkaSink, ProducerChannel, make_sink, sink_class_name, sink_config
 from airflow_kerr.spark.spec import InvalidPipelineSpec, PipelineSpec
-from airflow_kerr.spark.stages import BatchRunner, PipelineRecord, drop_filtered, make_converter, make_transformation
+from airflow_kerr.spark.stages import (
+    BatchRunner,
+    Converter,
+    PipelineRecord,
+    batch_kind,
+    decode_json,
+    decode_string,
+    drop_filtered,
+    make_converter,
+    make_transformation,
+)
 
 LOG = logging.getLogger("airflow_kerr.spark.job")
 RESULT_PREFIX = "KERR_RESULT "
@@ -88,6 +98,7 @@ class PartitionProcessor:
         self.key_converter = make_converter(spec.key_converter, Stage.KEY_CONVERTER)
         self.value_converter = make_converter(spec.value_converter, Stage.VALUE_CONVERTER)
         self.transformations = [make_transformation(path) for path in spec.transformations]
+        self.vectorized = uses_batch_transformations(self.transformations)
         self.sink = make_sink(spec.sink, self.channel, part_name)
         self.put_stage = PipelineStage(Stage.TASK_PUT, sink_class_name(spec.sink), sink_config(spec.sink))
         stages = [
@@ -107,6 +118,7 @@ class PartitionProcessor:
             self.config, self.metrics, reporters, task=TaskId(spec.name, spec.task_id), stages=stages
         )
         self.runner = BatchRunner(self.retry)
+        self.vector: VectorizedStages | None = VectorizedStages(self) if self.vectorized else None
         self.started_ms = int(time.time() * 1000)
         self.records_out = 0
         self.first_offset: int | None = None
@@ -126,6 +138,9 @@ class PartitionProcessor:
             self.first_offset = offsets[0]
             self.topic, self.partition = columns.topics[0], columns.partitions[0]
         self.last_offset = offsets[-1]
+        if self.vector is not None:
+            self.records_out += self.vector.process(batch, columns)
+            return
         rows = list(range(count))
         keys: list[Any] = columns.keys
         values: list[Any] = columns.values
@@ -216,6 +231,116 @@ def _causes(error: BaseException) -> list[BaseException]:
         chain.append(current)
         current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
     return chain
+
+
+def uses_batch_transformations(transformations: Sequence[tuple[PipelineStage, Any]]) -> bool:
+    """True when every transformation is a batch one; one pipeline runs one kind, so a mix is refused."""
+    batch = [stage.class_name for stage, fn in transformations if batch_kind(fn)]
+    per_record = [stage.class_name for stage, fn in transformations if not batch_kind(fn)]
+    if batch and per_record:
+        raise InvalidPipelineSpec(
+            [
+                f"transformations: {', '.join(batch)} are batch transformations (@batch_transformation) and "
+                f"{', '.join(per_record)} per-record ones: a pipeline runs one kind; mark them all, or none"
+            ]
+        )
+    return bool(batch)
+
+
+class VectorizedStages:
+    """The stages of a pipeline whose transformations are batch functions: whole Arrow batches, bad records isolated.
+
+    Converters decode a column at a time (JSON with pyarrow), transformations get the
+    batch, and the Kafka sink writes a value no transformation changed with its original
+    bytes. Failures follow :mod:`airflow_kerr.spark.batch`: each bad record is isolated and
+    goes through the same retry/tolerance/DLQ policy as on the per-record path.
+    """
+
+    def __init__(self, processor: PartitionProcessor) -> None:
+        from airflow_kerr.spark import batch as vectorized
+
+        self.processor = processor
+        self.batch_runner = vectorized.BatchStageRunner(processor.retry)
+        self.transformations = [
+            (stage, vectorized.as_arrow_function(fn, stage.class_name)) for stage, fn in processor.transformations
+        ]
+
+    def process(self, batch: Any, columns: BatchColumns) -> int:
+        """Run every stage over one Arrow batch of source records; return how many records the sink took."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        processor = self.processor
+        source = columns.source_record
+        rows = list(range(batch.num_rows))
+        keys, key_rows = self.convert(processor.key_converter, batch.column("key"), rows, source)
+        values, rows = self.convert(processor.value_converter, batch.column("value"), key_rows, source)
+        if len(rows) != len(key_rows):
+            keys = keys.take(_positions(key_rows, rows))
+        converted_keys, converted_values, converted_rows = keys, values, rows
+        picked = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows, pa.int64()))
+        micros = picked.column("timestamp").cast(pa.int64())
+        work = pa.RecordBatch.from_arrays(
+            [
+                keys,
+                values,
+                picked.column("topic"),
+                picked.column("partition"),
+                picked.column("offset"),
+                pc.divide(micros, pa.scalar(1000, pa.int64())),
+            ],
+            ["key", "value", "topic", "partition", "offset", "timestamp"],
+        )
+        for stage, fn in self.transformations:
+            work, rows = self.batch_runner.run(stage, fn, work, rows, source)
+        if rows != converted_rows:
+            positions = _positions(converted_rows, rows)
+            converted_keys, converted_values = converted_keys.take(positions), converted_values.take(positions)
+        taken = pa.array(rows, pa.int64())
+        written_keys = _to_write(work.column("key"), converted_keys, batch.column("key"), taken)
+        written_values = _to_write(work.column("value"), converted_values, batch.column("value"), taken)
+        sink = processor.sink
+        if isinstance(sink, KafkaSink):
+            pairs = list(zip(written_keys, written_values, strict=True))
+            done, _ = processor.runner.run(processor.put_stage, sink.put_pair, pairs, rows, source)
+            return len(done)
+        records = columns.pipeline_records(rows, work.column("key").to_pylist(), work.column("value").to_pylist())
+        done, _ = processor.runner.run(processor.put_stage, sink.put, records, rows, source)
+        return len(done)
+
+    def convert(self, converter: Converter, raw: Any, rows: list[int], source: Any) -> tuple[Any, list[int]]:
+        """One converter over a whole column; a value it cannot convert is reported and left out with its row."""
+        import pyarrow as pa
+
+        from airflow_kerr.spark import batch as vectorized
+
+        runner = self.processor.runner
+        if converter.fn is None:
+            return raw, rows
+        if converter.fn is decode_json:
+            json_converter = vectorized.VectorizedJsonConverter(converter.stage, runner, self.batch_runner)
+            return json_converter.convert(raw, rows, source)
+        if converter.fn is decode_string:
+            return vectorized.decode_string_column(raw, rows, converter.stage, runner, source)
+        converted, kept = runner.run(converter.stage, converter.fn, raw.to_pylist(), rows, source)
+        return pa.array(converted), kept
+
+
+def _positions(rows: list[int], subset: list[int]) -> Any:
+    """Where each of ``subset`` (rows kept by a later stage, in order) sits in ``rows``, as an Arrow index."""
+    import pyarrow as pa
+
+    position = {row: index for index, row in enumerate(rows)}
+    return pa.array([position[row] for row in subset], pa.int64())
+
+
+def _to_write(column: Any, converted: Any, raw: Any, taken: Any) -> list[Any]:
+    """The bytes a Kafka sink writes: the record's original bytes when no transformation changed the value."""
+    from airflow_kerr.spark.batch import encode_json_column
+
+    if column.type == converted.type and column.equals(converted):
+        return raw.take(taken).to_pylist()
+    return encode_json_column(column)
 
 
 class BatchColumns:

@@ -17,13 +17,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import SKIPPED, PipelineStage, RetryWithTolerance, SourceRecord, Stage
 from airflow_kerr.errors.record import Header
 
 BUILTIN_CLASS = "airflow_kerr.spark.stages"
+BATCH_KIND_ATTRIBUTE: Final = "__kerr_batch__"
+BATCH_KINDS: Final = ("arrow", "pandas")
 
 
 @dataclass(slots=True)
@@ -68,6 +70,28 @@ def make_converter(spec: str, stage: Stage) -> Converter:
     if spec == "json":
         return Converter(PipelineStage(stage, f"{BUILTIN_CLASS}.JsonConverter"), decode_json)
     return Converter(PipelineStage(stage, spec), import_callable(spec))
+
+
+def batch_transformation(fn: Callable[..., Any] | None = None, *, kind: str = "arrow") -> Any:
+    """Mark a transformation as vectorized: ``RecordBatch`` in and out (``kind="arrow"``), or ``DataFrame``.
+
+    Use as ``@batch_transformation`` or ``@batch_transformation(kind="pandas")``; the job
+    reads the mark when it imports the function by its dotted path.
+    """
+    if kind not in BATCH_KINDS:
+        raise ValueError(f"batch_transformation(kind={kind!r}): expected one of {', '.join(BATCH_KINDS)}")
+
+    def mark(function: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(function, BATCH_KIND_ATTRIBUTE, kind)
+        return function
+
+    return mark if fn is None else mark(fn)
+
+
+def batch_kind(fn: Callable[..., Any]) -> str | None:
+    """``"arrow"`` or ``"pandas"`` for a function marked with :func:`batch_transformation`, else None."""
+    kind = getattr(fn, BATCH_KIND_ATTRIBUTE, None)
+    return kind if kind in BATCH_KINDS else None
 
 
 def make_transformation(path: str) -> tuple[PipelineStage, Callable[[PipelineRecord], PipelineRecord | None]]:

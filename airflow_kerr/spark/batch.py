@@ -1,0 +1,359 @@
+"""Batch transformations: vectorized code (Arrow or pandas) under Connect's per-record ``errors.*`` policy.
+
+A transformation marked with :func:`batch_transformation` receives a whole batch of
+records as one ``pyarrow.RecordBatch`` (or pandas ``DataFrame``) and returns one. The
+batch holds the columns ``key``, ``value`` (a struct for JSON objects), ``topic``,
+``partition``, ``offset`` and ``timestamp`` (epoch ms); a pandas function sees the value's
+fields as ``value.<field>`` columns.
+
+Error semantics. Vectorized code fails a batch as a whole, so one bad record would
+otherwise cost every good one. When a batch call raises, the batch is split in two and
+each half is called again (bisection), until a call succeeds or holds a single record.
+That one-record call is the record's first attempt, and from there Connect's per-record
+policy applies unchanged: retries of the one-record call with Connect's backoff within
+``errors.retry.timeout`` when the error is retriable, then tolerance, the error log and the
+DLQ record with the same ``__connect.errors.*`` headers as the per-record path. The rest of
+the batch stays vectorized. A retry therefore always means "the same call on the same one
+record": a multi-record call is never retried as a whole; its failure only says that some
+record in it failed. So a batch function must be safe to call again on a subset of its
+records (no side effects that count calls), and one bad record among ``n`` costs about
+``2·log2(n)`` extra calls on ever smaller pieces.
+
+Which records a function kept is read from the ``offset`` column it returns (a record left
+out was dropped on purpose, like a per-record transformation returning ``None``); a function
+that returns no ``offset`` column must return exactly one row per input row, in order.
+
+The JSON converter is vectorized too (:class:`VectorizedJsonConverter`): one pyarrow parse
+per batch, and when a batch holds malformed values those values alone go through the
+per-record converter, so their DLQ records equal the per-record path's to the byte.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from airflow_kerr.errors import SKIPPED, PipelineStage, RetryWithTolerance, SourceRecord
+from airflow_kerr.spark.stages import BatchRunner, batch_kind, batch_transformation, decode_json, decode_string
+
+__all__ = ["BatchStageRunner", "VectorizedJsonConverter", "batch_kind", "batch_transformation"]
+
+VALUE_FIELD_PREFIX: Final = "value."
+# The JSON reader's unit of work: a batch is parsed as one block (a value never spans two blocks).
+_MIN_BLOCK_BYTES: Final = 1 << 16
+
+BatchFunction = Callable[[pa.RecordBatch], pa.RecordBatch]
+
+
+class BatchContractError(TypeError):
+    """A batch transformation returned something the job cannot trace back to its input records.
+
+    Raised outside the error policy: it is a bug in the function, not a bad record, so the task fails.
+    """
+
+
+def as_arrow_function(fn: Callable[..., Any], name: str) -> BatchFunction:
+    """``fn`` as a RecordBatch → RecordBatch function, converting to and from pandas for ``kind="pandas"``."""
+    if batch_kind(fn) == "pandas":
+
+        def call_with_pandas(batch: pa.RecordBatch) -> pa.RecordBatch:
+            return _from_pandas(fn(_to_pandas(batch)), name)
+
+        return call_with_pandas
+
+    def call_with_arrow(batch: pa.RecordBatch) -> pa.RecordBatch:
+        result = fn(batch)
+        if isinstance(result, pa.Table):
+            return _one_batch(result)
+        if not isinstance(result, pa.RecordBatch):
+            raise BatchContractError(
+                f"batch transformation {name} returned {type(result).__name__}: expected a pyarrow RecordBatch or Table"
+            )
+        return result
+
+    return call_with_arrow
+
+
+def _to_pandas(batch: pa.RecordBatch) -> Any:
+    return pa.Table.from_batches([batch]).flatten().to_pandas()
+
+
+def _from_pandas(frame: Any, name: str) -> pa.RecordBatch:
+    """A DataFrame back to the batch layout: ``value.<field>`` columns become the ``value`` struct again."""
+    import pandas as pd  # type: ignore[import-untyped]
+
+    if not isinstance(frame, pd.DataFrame):
+        raise BatchContractError(
+            f"batch transformation {name} (kind='pandas') returned {type(frame).__name__}: expected a pandas DataFrame"
+        )
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    fields = [column for column in table.column_names if column.startswith(VALUE_FIELD_PREFIX)]
+    if not fields:
+        return _one_batch(table)
+    value = pa.StructArray.from_arrays(
+        [table.column(column).combine_chunks() for column in fields],
+        names=[column[len(VALUE_FIELD_PREFIX) :] for column in fields],
+    )
+    rest = [column for column in table.column_names if not column.startswith(VALUE_FIELD_PREFIX)]
+    return pa.RecordBatch.from_arrays([table.column(c).combine_chunks() for c in rest] + [value], [*rest, "value"])
+
+
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    batches = table.combine_chunks().to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+
+
+class BatchStageRunner:
+    """Runs one batch stage under the retry/tolerance policy, bisecting a failing batch down to its bad records."""
+
+    def __init__(self, retry: RetryWithTolerance) -> None:
+        self.retry = retry
+
+    def run(
+        self,
+        stage: PipelineStage,
+        fn: BatchFunction,
+        batch: pa.RecordBatch,
+        rows: list[int],
+        source_record: Callable[[int], SourceRecord],
+    ) -> tuple[pa.RecordBatch, list[int]]:
+        """Return the stage's output and the input row each output row belongs to; failed records are left out."""
+        if batch.num_rows == 0:
+            return batch, rows
+        pieces: list[tuple[pa.RecordBatch, list[int]]] = []
+        self._call(stage, fn, batch, rows, source_record, pieces)
+        if len(pieces) == 1:
+            return pieces[0]
+        kept = [row for _, piece_rows in pieces for row in piece_rows]
+        return concat_batches([piece for piece, _ in pieces]), kept
+
+    def _call(
+        self,
+        stage: PipelineStage,
+        fn: BatchFunction,
+        batch: pa.RecordBatch,
+        rows: list[int],
+        source_record: Callable[[int], SourceRecord],
+        pieces: list[tuple[pa.RecordBatch, list[int]]],
+    ) -> None:
+        started = self.retry.clock() if self.retry.config.retry_enabled else 0.0
+        try:
+            output = fn(batch)
+        except BatchContractError:
+            raise
+        except Exception as error:
+            if batch.num_rows > 1:
+                half = batch.num_rows // 2
+                self._call(stage, fn, batch.slice(0, half), rows[:half], source_record, pieces)
+                self._call(stage, fn, batch.slice(half), rows[half:], source_record, pieces)
+                return
+            result = self.retry.execute_after_failure(stage, fn, source_record(rows[0]), error, started, batch)
+            if result is SKIPPED:
+                return
+            output = result
+        pieces.append((output, traced_rows(output, batch, rows, stage.class_name)))
+
+
+def traced_rows(output: pa.RecordBatch, batch: pa.RecordBatch, rows: list[int], name: str) -> list[int]:
+    """The input row of each output row, found by its ``offset`` (or by position when the row count is unchanged)."""
+    if "offset" not in output.schema.names:
+        if output.num_rows != batch.num_rows:
+            raise BatchContractError(
+                f"batch transformation {name} returned {output.num_rows} rows for {batch.num_rows} without an "
+                "'offset' column: keep the offset column to drop records, or return one row per input row"
+            )
+        return rows
+    offsets = output.column("offset")
+    if offsets.equals(batch.column("offset")):
+        return rows
+    row_of = dict(zip(batch.column("offset").to_pylist(), rows, strict=True))
+    try:
+        return [row_of[offset] for offset in offsets.to_pylist()]
+    except KeyError as missing:
+        raise BatchContractError(
+            f"batch transformation {name} returned offset {missing.args[0]}, which was not in its input batch"
+        ) from None
+
+
+def concat_batches(batches: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
+    """One batch from pieces whose types may differ where a piece inferred a narrower one (int vs double)."""
+    tables = [pa.Table.from_batches([batch]) for batch in batches]
+    return _one_batch(pa.concat_tables(tables, promote_options="permissive"))
+
+
+class VectorizedJsonConverter:
+    """The ``json`` converter over a whole batch: one pyarrow parse, malformed values isolated per record.
+
+    Each value is parsed as ``{"r": <row>, "v": <value>}`` lines; the ``r`` column must
+    come back as ``0..n-1``, so a truncated value that swallows the next line can never
+    shift values between records. When the parse fails, every value is checked on its own
+    with a fast parser (msgspec, when installed); those it rejects go through
+    :class:`BatchRunner` with the per-record converter, whose exception, error context and
+    DLQ record are therefore the per-record path's, and the rest is parsed again. A value
+    only pyarrow rejects (a type that clashes with the batch's other values, NaN) fails
+    with pyarrow's error, found by bisection.
+    """
+
+    def __init__(self, stage: PipelineStage, runner: BatchRunner, batch_runner: BatchStageRunner) -> None:
+        self.stage = stage
+        self.runner = runner
+        self.batch_runner = batch_runner
+        self.check = _fast_json_check()
+
+    def convert(
+        self, raw: pa.Array, rows: list[int], source_record: Callable[[int], SourceRecord]
+    ) -> tuple[pa.Array, list[int]]:
+        """Decode ``raw`` (binary values of ``rows``); return the decoded column and the rows that decoded."""
+        try:
+            return parse_json_column(raw), rows
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
+        values = raw.to_pylist()
+        suspects = failing_items(self.check, values)
+        if suspects:
+            suspect_set = set(suspects)
+            # The per-record converter decides what a suspect is: malformed values fail here exactly as they
+            # would record by record; one that Python accepts (NaN, say) is left to the parse below.
+            self.runner.run(
+                self.stage, decode_json, [values[i] for i in suspects], [rows[i] for i in suspects], source_record
+            )
+            keep = [i for i in range(len(values)) if i not in suspect_set]
+            raw = raw.take(pa.array(keep, pa.int64()))
+            rows = [rows[i] for i in keep]
+        batch = pa.RecordBatch.from_arrays([raw], ["raw"])
+        decoded, rows = self.batch_runner.run(self.stage, _parse_raw_column, batch, rows, source_record)
+        return decoded.column("value"), rows
+
+
+def _parse_raw_column(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([parse_json_column(batch.column("raw"))], ["value"])
+
+
+def parse_json_column(raw: pa.Array) -> pa.Array:
+    """Parse a binary column of JSON texts (null stays null) in one pyarrow call; raise on any bad value."""
+    count = len(raw)
+    if count == 0:
+        return pa.nulls(0)
+    numbers = pa.array(range(count), pa.int64())
+    prefixes = pc.binary_join_element_wise(
+        pa.scalar(b'{"r":'), pc.cast(pc.cast(numbers, pa.string()), pa.binary()), pa.scalar(b',"v":'), b""
+    )
+    texts = pc.cast(raw, pa.binary()).fill_null(b"null")
+    lines = pc.binary_join_element_wise(prefixes, texts, pa.scalar(b"}"), b"")
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, count], pa.int32()), lines), b"\n")
+    buffer = joined[0].as_buffer()
+    options = pa_json.ReadOptions(use_threads=False, block_size=max(_MIN_BLOCK_BYTES, buffer.size + 1))
+    table = pa_json.read_json(pa.BufferReader(buffer), read_options=options)
+    if table.num_rows != count or not table.column("r").combine_chunks().equals(numbers):
+        raise pa.ArrowInvalid(f"JSON values did not parse one per record: {table.num_rows} rows for {count} values")
+    if "v" not in table.column_names:
+        return pa.nulls(count)
+    return table.column("v").combine_chunks()
+
+
+def failing_items(check: Callable[[Any], Any], items: list[Any]) -> list[int]:
+    """Indices of the items ``check`` raises for; clean runs are checked in one C-level ``map`` loop."""
+    failing: list[int] = []
+    start = 0
+    total = len(items)
+    while start < total:
+        done: list[Any] = []
+        try:
+            done.extend(map(check, items[start:]))
+            break
+        except Exception:
+            failed = start + len(done)
+            failing.append(failed)
+            start = failed + 1
+    return failing
+
+
+def _fast_json_check() -> Callable[[Any], Any]:
+    """msgspec's JSON decoder (about 8x faster than ``json.loads``) when installed, else the per-record decoder."""
+    try:
+        import msgspec
+    except ImportError:  # pragma: no cover - msgspec comes with Airflow; a bare Spark executor may lack it
+        return decode_json
+    decode = msgspec.json.Decoder().decode
+    return lambda raw: None if raw is None else decode(raw)
+
+
+def decode_string_column(
+    raw: pa.Array,
+    rows: list[int],
+    stage: PipelineStage,
+    runner: BatchRunner,
+    source_record: Callable[[int], SourceRecord],
+) -> tuple[pa.Array, list[int]]:
+    """UTF-8 text in one cast; when some value is not UTF-8, the per-record converter finds and reports it."""
+    try:
+        return pc.cast(raw, pa.string()), rows
+    except pa.ArrowInvalid:
+        texts, kept = runner.run(stage, decode_string, raw.to_pylist(), rows, source_record)
+        return pa.array(texts, pa.string()), kept
+
+
+def encode_json_column(column: pa.Array) -> list[bytes | None]:
+    """Each value as compact JSON bytes, as the per-record sink writes it (``json.dumps``, no spaces).
+
+    Flat structs of text, numbers and booleans are encoded with Arrow string kernels; any
+    other shape (nested values, text with control characters, NaN) falls back to
+    ``json.dumps`` per value.
+    """
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        return column.to_pylist()
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return [None if text is None else text.encode("utf-8") for text in column.to_pylist()]
+    encoded = _encode_flat_struct(column) if pa.types.is_struct(column.type) else None
+    if encoded is not None:
+        return encoded
+    return [None if value is None else _dumps(value) for value in column.to_pylist()]
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def _encode_flat_struct(column: pa.StructArray) -> list[bytes | None] | None:
+    parts: list[Any] = []
+    for index, field in enumerate(column.type):
+        text = _encode_scalar_column(pc.struct_field(column, [index]), field.type)
+        if text is None:
+            return None
+        parts.extend([pa.scalar(("," if index else "{") + json.dumps(field.name) + ":"), text])
+    parts.append(pa.scalar("}" if parts else "{}"))
+    rows = pc.binary_join_element_wise(*parts, "")
+    if column.null_count:
+        rows = pc.if_else(column.is_valid(), rows, pa.scalar(None, pa.string()))
+    return [None if text is None else text.encode("utf-8") for text in rows.to_pylist()]
+
+
+def _encode_scalar_column(values: pa.Array, kind: pa.DataType) -> pa.Array | None:
+    """JSON text of one primitive column (null as ``null``), or None when only ``json.dumps`` can say it."""
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        if pc.any(pc.match_substring_regex(values, r"[\x00-\x1f]|[^\x00-\x7f]")).as_py():
+            return None  # json.dumps escapes control and non-ASCII characters
+        escaped = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
+        text = pc.binary_join_element_wise(pa.scalar('"'), escaped, pa.scalar('"'), "")
+    elif pa.types.is_boolean(kind) or pa.types.is_integer(kind):
+        text = pc.cast(values, pa.string())
+    elif pa.types.is_floating(kind):
+        # Arrow and Python spell a float alike only for fractional magnitudes in [1e-4, 1e10):
+        # outside it Arrow switches to exponents at other points, and Python writes 2.0 where Arrow writes 2.
+        magnitude = pc.abs(values)
+        same_spelling = pc.and_(
+            pc.and_(pc.greater_equal(magnitude, 1e-4), pc.less(magnitude, 1e10)), pc.not_equal(values, pc.floor(values))
+        )
+        if not pc.all(same_spelling).as_py():
+            return None
+        text = pc.cast(values, pa.string())
+    elif pa.types.is_null(kind):
+        text = pa.array(["null"] * len(values), pa.string())
+    else:
+        return None
+    return pc.fill_null(text, "null")
