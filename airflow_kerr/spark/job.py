@@ -37,6 +37,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +248,21 @@ def uses_batch_transformations(transformations: Sequence[tuple[PipelineStage, An
     return bool(batch)
 
 
+@dataclass(frozen=True)
+class DecodedBatch:
+    """A batch between stages: the working columns, the source row of each, and what the converters made of them.
+
+    The converters' output is kept so the sink can tell a value no transformation changed
+    (written with its original bytes) from one that must be encoded again.
+    """
+
+    work: Any
+    rows: list[int]
+    converted_keys: Any
+    converted_values: Any
+    converted_rows: list[int]
+
+
 class VectorizedStages:
     """The stages of a pipeline whose transformations are batch functions: whole Arrow batches, bad records isolated.
 
@@ -267,6 +283,11 @@ class VectorizedStages:
 
     def process(self, batch: Any, columns: BatchColumns) -> int:
         """Run every stage over one Arrow batch of source records; return how many records the sink took."""
+        decoded = self.decode(batch, columns)
+        return self.put(self.transform(decoded, columns), columns)
+
+    def decode(self, batch: Any, columns: BatchColumns) -> DecodedBatch:
+        """The key and value converters over whole columns, then the batch transformations receive."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -277,7 +298,6 @@ class VectorizedStages:
         values, rows = self.convert(processor.value_converter, batch.column("value"), key_rows, source)
         if len(rows) != len(key_rows):
             keys = keys.take(_positions(key_rows, rows))
-        converted_keys, converted_values, converted_rows = keys, values, rows
         picked = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows, pa.int64()))
         micros = picked.column("timestamp").cast(pa.int64())
         work = pa.RecordBatch.from_arrays(
@@ -291,21 +311,38 @@ class VectorizedStages:
             ],
             ["key", "value", "topic", "partition", "offset", "timestamp"],
         )
+        return DecodedBatch(work, rows, keys, values, rows)
+
+    def transform(self, decoded: DecodedBatch, columns: BatchColumns) -> DecodedBatch:
+        """Every batch transformation in turn, each bisecting its failures down to the bad records."""
+        work, rows = decoded.work, decoded.rows
         for stage, fn in self.transformations:
-            work, rows = self.batch_runner.run(stage, fn, work, rows, source)
-        if rows != converted_rows:
-            positions = _positions(converted_rows, rows)
+            work, rows = self.batch_runner.run(stage, fn, work, rows, columns.source_record)
+        return DecodedBatch(work, rows, decoded.converted_keys, decoded.converted_values, decoded.converted_rows)
+
+    def put(self, decoded: DecodedBatch, columns: BatchColumns) -> int:
+        """Hand the surviving records to the sink (the TASK_PUT stage, record by record); return how many it took."""
+        import pyarrow as pa
+
+        processor = self.processor
+        work, rows = decoded.work, decoded.rows
+        sink = processor.sink
+        if not isinstance(sink, KafkaSink):
+            keys, values = work.column("key").to_pylist(), work.column("value").to_pylist()
+            done, _ = processor.runner.run(
+                processor.put_stage, sink.put, columns.pipeline_records(rows, keys, values), rows, columns.source_record
+            )
+            return len(done)
+        converted_keys, converted_values = decoded.converted_keys, decoded.converted_values
+        if rows != decoded.converted_rows:
+            positions = _positions(decoded.converted_rows, rows)
             converted_keys, converted_values = converted_keys.take(positions), converted_values.take(positions)
         taken = pa.array(rows, pa.int64())
-        written_keys = _to_write(work.column("key"), converted_keys, batch.column("key"), taken)
-        written_values = _to_write(work.column("value"), converted_values, batch.column("value"), taken)
-        sink = processor.sink
-        if isinstance(sink, KafkaSink):
-            pairs = list(zip(written_keys, written_values, strict=True))
-            done, _ = processor.runner.run(processor.put_stage, sink.put_pair, pairs, rows, source)
-            return len(done)
-        records = columns.pipeline_records(rows, work.column("key").to_pylist(), work.column("value").to_pylist())
-        done, _ = processor.runner.run(processor.put_stage, sink.put, records, rows, source)
+        raw = columns.batch
+        written_keys = _to_write(work.column("key"), converted_keys, raw.column("key"), taken)
+        written_values = _to_write(work.column("value"), converted_values, raw.column("value"), taken)
+        pairs = list(zip(written_keys, written_values, strict=True))
+        done, _ = processor.runner.run(processor.put_stage, sink.put_pair, pairs, rows, columns.source_record)
         return len(done)
 
     def convert(self, converter: Converter, raw: Any, rows: list[int], source: Any) -> tuple[Any, list[int]]:
