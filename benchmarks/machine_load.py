@@ -7,6 +7,7 @@ during it (``watcher_latency.py``, ``dlq_summary.py``).
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -90,3 +91,8 @@ class CpuMeter:
                 print(f"  waiting for a quiet machine (others use {foreign:.2f} cores)", flush=True)
                 told = True
         return time.monotonic() - started, foreign
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median with min, max and the number of runs: the figure every benchmark reports."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}

@@ -396,6 +396,7 @@ class BatchColumns:
         self._partitions: list[int] | None = None
         self._timestamps: list[int | None] | None = None
         self._headers: list[list[tuple[str, bytes | None]]] | None = None
+        self._header_pairs_cache: tuple[list[int], list[tuple[str, bytes | None]]] | None = None
 
     @property
     def topics(self) -> list[str]:
@@ -420,13 +421,27 @@ class BatchColumns:
 
     @property
     def headers(self) -> list[list[tuple[str, bytes | None]]]:
+        """Every row's headers (what per-record transformations receive)."""
         if self._headers is None:
-            column = self.batch.column("headers")
-            bounds = column.offsets.to_pylist()
-            flat = column.flatten()
-            pairs = list(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
+            bounds, pairs = self._header_pairs()
             self._headers = [pairs[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
         return self._headers
+
+    def headers_of(self, row: int) -> list[tuple[str, bytes | None]]:
+        """One row's headers, without building every row's list: a failed record's DLQ record needs only its own."""
+        if self._headers is not None:
+            return list(self._headers[row])
+        bounds, pairs = self._header_pairs()
+        return pairs[bounds[row] : bounds[row + 1]]
+
+    def _header_pairs(self) -> tuple[list[int], list[tuple[str, bytes | None]]]:
+        """The header column's row bounds and its (key, value) pairs, flattened and converted once per batch."""
+        if self._header_pairs_cache is None:
+            column = self.batch.column("headers")
+            flat = column.flatten()
+            pairs = list(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
+            self._header_pairs_cache = (column.offsets.to_pylist(), pairs)
+        return self._header_pairs_cache
 
     def source_record(self, row: int) -> SourceRecord:
         kind = int(self.batch.column("timestamp_type")[row].as_py())
@@ -441,7 +456,7 @@ class BatchColumns:
             else _SPARK_TO_TIMESTAMP_TYPE.get(kind, TimestampType.CREATE_TIME),
             key=self.keys[row],
             value=self.values[row],
-            headers=list(self.headers[row]),
+            headers=self.headers_of(row),
         )
 
     def pipeline_records(self, rows: list[int], keys: list[Any], values: list[Any]) -> list[PipelineRecord]:
