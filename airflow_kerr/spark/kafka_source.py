@@ -223,6 +223,7 @@ def messages_to_arrow(messages: Sequence[Any]) -> Any:
     """One Arrow record batch in :data:`SCHEMA`'s shape from confluent-kafka messages."""
     import pyarrow as pa
 
+    schema = _arrow_schema()
     timestamps = [m.timestamp() for m in messages]
     columns = [
         [m.key() for m in messages],
@@ -232,12 +233,33 @@ def messages_to_arrow(messages: Sequence[Any]) -> Any:
         [m.offset() for m in messages],
         [ts * 1000 if kind != 0 else None for kind, ts in timestamps],
         [_SPARK_TIMESTAMP_TYPE.get(kind, -1) for kind, _ in timestamps],
-        [[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in messages],
     ]
-    schema = _arrow_schema()
-    return pa.RecordBatch.from_arrays(
-        [pa.array(values, field.type) for values, field in zip(columns, schema, strict=True)], schema=schema
+    arrays = [pa.array(values, field.type) for values, field in zip(columns, schema, strict=False)]
+    arrays.append(_headers_to_arrow([m.headers() for m in messages], schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _headers_to_arrow(headers: list[list[tuple[str, bytes | None]] | None], kind: Any) -> Any:
+    """The headers column built from flat key and value arrays: a dict per header costs more than the record."""
+    import pyarrow as pa
+
+    keys: list[str] = []
+    values: list[bytes | None] = []
+    bounds = [0]
+    if any(headers):
+        for pairs in headers:
+            if pairs:
+                for key, value in pairs:
+                    keys.append(key)
+                    values.append(value)
+            bounds.append(len(keys))
+    else:
+        bounds *= len(headers) + 1
+    entry = kind.value_type
+    items = pa.StructArray.from_arrays(
+        [pa.array(keys, entry.field("key").type), pa.array(values, entry.field("value").type)], fields=list(entry)
     )
+    return pa.ListArray.from_arrays(pa.array(bounds, pa.int32()), items, type=kind)
 
 
 def kafka_config_from_options(options: Mapping[str, str]) -> dict[str, str]:
