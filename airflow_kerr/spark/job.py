@@ -32,6 +32,7 @@ import argparse
 import json
 import logging
 import os
+import pickle
 import signal
 import sys
 import time
@@ -83,7 +84,11 @@ CAUSE_MARKER = "caused by "
 # Fault injection for the at-least-once trials, after the outputs are flushed and before the commit:
 # "kill" SIGKILLs the driver (no cleanup runs, as when the machine or the OOM killer takes it), anything else exits 3.
 EXIT_BEFORE_COMMIT_ENV = "KERR_EXIT_BEFORE_COMMIT"
-SUMMARY_SCHEMA = "topic string, partition int, first_offset long, last_offset long, records_in long, records_out long"
+SUMMARY_SCHEMA = (
+    "topic string, partition int, first_offset long, last_offset long, records_in long, records_out long, "
+    "metrics binary"
+)
+SUMMARY_FIELDS = ("topic", "partition", "first_offset", "last_offset", "records_in", "records_out", "metrics")
 _SPARK_TO_TIMESTAMP_TYPE = {0: TimestampType.CREATE_TIME, 1: TimestampType.LOG_APPEND_TIME}
 
 
@@ -469,27 +474,43 @@ class BatchColumns:
         ]
 
 
-def process_partition(spec_json: str, run_id: str, accumulator: Any) -> Any:
-    """The function given to ``mapInArrow``: process one Spark task's batches, yield its summary row."""
+def process_batches(batches: Iterator[Any], argument: str) -> Iterator[tuple[Any, ...]]:
+    """The ``kerr_kafka`` source's ``processBatches`` hook: the pipeline runs inside the read task.
+
+    The task then hands Spark one summary row instead of every record: no Arrow-to-row
+    conversion in the JVM and no second Python worker for ``mapInArrow``, which together
+    cost more than the pipeline itself.
+    """
+    options = json.loads(argument)
+    summary = _process_task(batches, options["spec"], options["run_id"])
+    yield tuple(summary[name] for name in SUMMARY_FIELDS)
+
+
+def process_partition(spec_json: str, run_id: str) -> Any:
+    """The function given to ``mapInArrow`` when Spark's ``kafka`` format reads: yields the task's summary row."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        _configure_executor_logging()
-        spec = PipelineSpec.from_json(spec_json)
-        processor = PartitionProcessor(spec, run_id, part_name=f"part-{run_id}-{uuid.uuid4().hex[:8]}")
-        try:
-            for batch in batches:
-                processor.process(batch)
-            summary = processor.finish()
-        except Exception as error:
-            raise processor.fail(error) from error
-        finally:
-            processor.close()
-        accumulator.add(processor.metrics)
-        yield pa.RecordBatch.from_pylist([summary], schema=_summary_arrow_schema())
+        yield pa.RecordBatch.from_pylist([_process_task(batches, spec_json, run_id)], schema=_summary_arrow_schema())
 
     return run
+
+
+def _process_task(batches: Iterator[Any], spec_json: str, run_id: str) -> dict[str, Any]:
+    """Process one Spark task's batches; its summary carries its metrics (pickled) for the driver to merge."""
+    _configure_executor_logging()
+    spec = PipelineSpec.from_json(spec_json)
+    processor = PartitionProcessor(spec, run_id, part_name=f"part-{run_id}-{uuid.uuid4().hex[:8]}")
+    try:
+        for batch in batches:
+            processor.process(batch)
+        summary = processor.finish()
+    except Exception as error:
+        raise processor.fail(error) from error
+    finally:
+        processor.close()
+    return summary | {"metrics": pickle.dumps(processor.metrics)}
 
 
 def _summary_arrow_schema() -> Any:
@@ -503,6 +524,7 @@ def _summary_arrow_schema() -> Any:
             ("last_offset", pa.int64()),
             ("records_in", pa.int64()),
             ("records_out", pa.int64()),
+            ("metrics", pa.binary()),
         ]
     )
 
@@ -516,18 +538,32 @@ def _configure_executor_logging() -> None:
         LOG.propagate = False
 
 
-def metrics_accumulator_param() -> Any:
-    """A Spark AccumulatorParam that merges :class:`ErrorMetrics` (associative, zero = no errors)."""
-    from pyspark.accumulators import AccumulatorParam
+def kerr_kafka_reader(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange]) -> Any:
+    """``spark.read`` set up for the planned ranges in the ``kerr_kafka`` format, with the spec's split settings."""
+    return (
+        spark.read.format(kafka_source.FORMAT_NAME)
+        .option("offsetRanges", ranges_to_json(ranges))
+        .option("maxRecordsPerPartition", str(spec.source.max_records_per_partition))
+        .option("minPartitions", str(spark.sparkContext.defaultParallelism))
+        .options(**{f"kafka.{key}": str(value) for key, value in spec.kafka.items()})
+    )
 
-    class ErrorMetricsParam(AccumulatorParam[ErrorMetrics]):
-        def zero(self, value: ErrorMetrics) -> ErrorMetrics:
-            return ErrorMetrics.zero()
 
-        def addInPlace(self, value1: ErrorMetrics, value2: ErrorMetrics) -> ErrorMetrics:
-            return value1.merge(value2)
+def process_source(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange], run_id: str) -> list[Any]:
+    """Run the pipeline over the planned ranges; one summary row per Spark task.
 
-    return ErrorMetricsParam()
+    With ``kerr_kafka`` each read task runs the pipeline itself (:func:`process_batches`);
+    Spark's ``kafka`` format hands its rows to ``mapInArrow`` instead.
+    """
+    spec_json = spec.to_json()
+    if spec.source.format == kafka_source.FORMAT_NAME:
+        argument = json.dumps({"spec": spec_json, "run_id": run_id})
+        reader = kerr_kafka_reader(spark, spec, ranges).schema(SUMMARY_SCHEMA)
+        reader = reader.option("processBatches", f"{__name__}.process_batches").option("processArgument", argument)
+        return list(reader.load().collect())
+    return list(
+        load_source(spark, spec, ranges).mapInArrow(process_partition(spec_json, run_id), SUMMARY_SCHEMA).collect()
+    )
 
 
 def load_source(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange]) -> Any:
@@ -539,14 +575,8 @@ def load_source(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange]) -
     max_records = spec.source.max_records_per_partition
     min_partitions = spark.sparkContext.defaultParallelism
     kafka_options = {f"kafka.{key}": str(value) for key, value in spec.kafka.items()}
-    if spec.source.format == "kerr_kafka":
-        reader = (
-            spark.read.format(kafka_source.FORMAT_NAME)
-            .option("offsetRanges", ranges_to_json(ranges))
-            .option("maxRecordsPerPartition", str(max_records))
-            .option("minPartitions", str(min_partitions))
-        )
-        return reader.options(**kafka_options).load()
+    if spec.source.format == kafka_source.FORMAT_NAME:
+        return kerr_kafka_reader(spark, spec, ranges).load()
     pieces = split_ranges(ranges, max_records, min_partitions)
     starting: dict[str, dict[str, int]] = {r.topic: {} for r in ranges}
     ending: dict[str, dict[str, int]] = {r.topic: {} for r in ranges}
@@ -695,12 +725,10 @@ def run_job(spark: Any, spec: PipelineSpec, run_id: str) -> dict[str, Any]:
     )
     planned = sum(r.count for r in ranges)
     LOG.info("planned %d records in %d partitions for run %s", planned, len(ranges), run_id)
-    accumulator = spark.sparkContext.accumulator(ErrorMetrics.zero(), metrics_accumulator_param())
-    summaries: list[Any] = []
-    if planned:
-        frame = load_source(spark, spec, ranges)
-        summaries = frame.mapInArrow(process_partition(spec.to_json(), run_id, accumulator), SUMMARY_SCHEMA).collect()
-    metrics: ErrorMetrics = accumulator.value
+    summaries = process_source(spark, spec, ranges, run_id) if planned else []
+    metrics = ErrorMetrics.zero()
+    for row in summaries:
+        metrics = metrics.merge(pickle.loads(row["metrics"]))
     check_run_limits(config, metrics)
     publish_run_metrics(spec, run_id, metrics, started_ms, "success")
     if os.environ.get(EXIT_BEFORE_COMMIT_ENV):

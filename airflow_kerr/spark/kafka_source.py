@@ -13,8 +13,12 @@ Options (``spark.read.format("kerr_kafka").option(...)``):
 (``group`` - the default when ``groupId`` is set -, ``earliest``, ``latest``),
 ``startingTimestamp`` (epoch ms; overrides startingOffsets),
 ``maxRecordsPerPartition`` (split size, default 200000), ``minPartitions``
-(default 2), and ``offsetRanges`` (JSON from :func:`ranges_to_json`: read exactly
-these ranges, for a job that planned them itself to commit them afterwards).
+(default 2), ``offsetRanges`` (JSON from :func:`ranges_to_json`: read exactly
+these ranges, for a job that planned them itself to commit them afterwards), and
+``processBatches`` (the dotted path of a function ``(batches, processArgument) ->
+rows``: each read task hands its Arrow batches to it and yields what it returns, in the
+schema given with ``.schema(...)``; the error-aware job runs its pipeline so, inside the
+read, without sending every record through the JVM to a second Python worker).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from airflow_kerr.callables import import_callable
 from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_partitions, watermarks
 from airflow_kerr.spark.spec import STARTING_OFFSETS
 
@@ -288,6 +293,8 @@ class KafkaSourceReader(DataSourceReader):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.kafka_config = kafka_config_from_options(options)
+        self.process_batches = options.get("processBatches")
+        self.process_argument = options.get("processArgument", "")
         self.max_records = _int_option(options, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION, 1)
         self.min_partitions = _int_option(options, "minPartitions", 2, 1)
         if "offsetRanges" in options:
@@ -312,6 +319,14 @@ class KafkaSourceReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, OffsetRange):
             raise TypeError(f"kerr_kafka reads OffsetRange partitions, got {type(partition).__name__}")
+        batches = self.arrow_batches(partition)
+        if self.process_batches is None:
+            yield from batches
+            return
+        yield from import_callable(self.process_batches)(batches, self.process_argument)
+
+    def arrow_batches(self, partition: OffsetRange) -> Iterator[Any]:
+        """The range's records as Arrow batches of about :data:`ARROW_BATCH_ROWS` rows."""
         pending: list[Any] = []
         for messages in read_range(self.kafka_config, partition):
             pending.extend(messages)
@@ -330,6 +345,10 @@ class KafkaSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> str:
+        if "processBatches" in self.options:
+            raise KafkaSourceOptionError(
+                "processBatches needs the schema of the rows it yields: spark.read.format('kerr_kafka').schema(...)"
+            )
         return SCHEMA
 
     def reader(self, schema: Any) -> KafkaSourceReader:
