@@ -127,10 +127,18 @@ class BatchStageRunner:
             return batch, rows
         pieces: list[tuple[pa.RecordBatch, list[int]]] = []
         self._call(stage, fn, batch, rows, source_record, pieces)
+        if not pieces:
+            return batch.slice(0, 0), []
         if len(pieces) == 1:
             return pieces[0]
         kept = [row for _, piece_rows in pieces for row in piece_rows]
-        return concat_batches([piece for piece, _ in pieces]), kept
+        try:
+            return concat_batches([piece for piece, _ in pieces]), kept
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+            raise BatchContractError(
+                f"{stage.class_name}: the pieces of a split batch came back with types that do not combine "
+                f"({error}); the task fails rather than drop records"
+            ) from error
 
     def _call(
         self,
@@ -216,26 +224,44 @@ class VectorizedJsonConverter:
         values = raw.to_pylist()
         suspects = failing_items(self.check, values)
         if suspects:
-            suspect_set = set(suspects)
             # The per-record converter decides what a suspect is: malformed values fail here exactly as they
-            # would record by record; one that Python accepts (NaN, say) is left to the parse below.
-            self.runner.run(
+            # would record by record; one Python accepts (NaN, a huge number) stays for pyarrow's parse below.
+            _, accepted = self.runner.run(
                 self.stage, decode_json, [values[i] for i in suspects], [rows[i] for i in suspects], source_record
             )
-            keep = [i for i in range(len(values)) if i not in suspect_set]
+            rejected = {rows[i] for i in suspects} - set(accepted)
+            keep = [i for i in range(len(values)) if rows[i] not in rejected]
+            if not keep:
+                return pa.nulls(0), []
             raw = raw.take(pa.array(keep, pa.int64()))
             rows = [rows[i] for i in keep]
         batch = pa.RecordBatch.from_arrays([raw], ["raw"])
-        decoded, rows = self.batch_runner.run(self.stage, _parse_raw_column, batch, rows, source_record)
+        decoded, rows = self.batch_runner.run(self.stage, SchemaLockedParse(), batch, rows, source_record)
         return decoded.column("value"), rows
 
 
-def _parse_raw_column(batch: pa.RecordBatch) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([parse_json_column(batch.column("raw"))], ["value"])
+class SchemaLockedParse:
+    """Parses pieces of one batch to one type: the first piece's, so a value whose type clashes fails on its own.
+
+    Without the lock each half of a split batch infers its own types, and a field that is
+    a number in one half and text in the other could not be put back together.
+    """
+
+    def __init__(self) -> None:
+        self.value_type: pa.DataType | None = None
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        value = parse_json_column(batch.column("raw"), self.value_type)
+        if self.value_type is None:
+            self.value_type = value.type
+        return pa.RecordBatch.from_arrays([value], ["value"])
 
 
-def parse_json_column(raw: pa.Array) -> pa.Array:
-    """Parse a binary column of JSON texts (null stays null) in one pyarrow call; raise on any bad value."""
+def parse_json_column(raw: pa.Array, value_type: pa.DataType | None = None) -> pa.Array:
+    """Parse a binary column of JSON texts (null stays null) in one pyarrow call; raise on any bad value.
+
+    ``value_type`` holds the values to a type (as ``explicit_schema``) instead of inferring one.
+    """
     count = len(raw)
     if count == 0:
         return pa.nulls(0)
@@ -248,7 +274,11 @@ def parse_json_column(raw: pa.Array) -> pa.Array:
     joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, count], pa.int32()), lines), b"\n")
     buffer = joined[0].as_buffer()
     options = pa_json.ReadOptions(use_threads=False, block_size=max(_MIN_BLOCK_BYTES, buffer.size + 1))
-    table = pa_json.read_json(pa.BufferReader(buffer), read_options=options)
+    parse = None
+    if value_type is not None:
+        schema = pa.schema([("r", pa.int64()), ("v", value_type)])
+        parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+    table = pa_json.read_json(pa.BufferReader(buffer), read_options=options, parse_options=parse)
     if table.num_rows != count or not table.column("r").combine_chunks().equals(numbers):
         raise pa.ArrowInvalid(f"JSON values did not parse one per record: {table.num_rows} rows for {count} values")
     if "v" not in table.column_names:
@@ -326,7 +356,9 @@ def _encode_flat_struct(column: pa.StructArray) -> list[bytes | None] | None:
         if text is None:
             return None
         parts.extend([pa.scalar(("," if index else "{") + json.dumps(field.name) + ":"), text])
-    parts.append(pa.scalar("}" if parts else "{}"))
+    if not parts:
+        return [None if empty is None else b"{}" for empty in column.to_pylist()]
+    parts.append(pa.scalar("}"))
     rows = pc.binary_join_element_wise(*parts, "")
     if column.null_count:
         rows = pc.if_else(column.is_valid(), rows, pa.scalar(None, pa.string()))
@@ -336,7 +368,7 @@ def _encode_flat_struct(column: pa.StructArray) -> list[bytes | None] | None:
 def _encode_scalar_column(values: pa.Array, kind: pa.DataType) -> pa.Array | None:
     """JSON text of one primitive column (null as ``null``), or None when only ``json.dumps`` can say it."""
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        if pc.any(pc.match_substring_regex(values, r"[\x00-\x1f]|[^\x00-\x7f]")).as_py():
+        if pc.any(pc.match_substring_regex(values, r"[\x00-\x1f]|[^\x00-\x7e]")).as_py():
             return None  # json.dumps escapes control and non-ASCII characters
         escaped = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
         text = pc.binary_join_element_wise(pa.scalar('"'), escaped, pa.scalar('"'), "")

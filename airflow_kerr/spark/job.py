@@ -88,6 +88,8 @@ SUMMARY_SCHEMA = (
     "topic string, partition int, first_offset long, last_offset long, records_in long, records_out long, "
     "metrics binary"
 )
+# By module path, not __name__: spark-submit runs this file as __main__, which no executor can import.
+PROCESS_BATCHES = "airflow_kerr.spark.job.process_batches"
 SUMMARY_FIELDS = ("topic", "partition", "first_offset", "last_offset", "records_in", "records_out", "metrics")
 _SPARK_TO_TIMESTAMP_TYPE = {0: TimestampType.CREATE_TIME, 1: TimestampType.LOG_APPEND_TIME}
 
@@ -559,7 +561,7 @@ def process_source(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange]
     if spec.source.format == kafka_source.FORMAT_NAME:
         argument = json.dumps({"spec": spec_json, "run_id": run_id})
         reader = kerr_kafka_reader(spark, spec, ranges).schema(SUMMARY_SCHEMA)
-        reader = reader.option("processBatches", f"{__name__}.process_batches").option("processArgument", argument)
+        reader = reader.option("processBatches", PROCESS_BATCHES).option("processArgument", argument)
         return list(reader.load().collect())
     return list(
         load_source(spark, spec, ranges).mapInArrow(process_partition(spec_json, run_id), SUMMARY_SCHEMA).collect()

@@ -13,7 +13,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -164,15 +163,6 @@ def produce(kafka_config: dict[str, Any], topic: str, values: list[bytes]) -> No
     assert producer.flush(30) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pa.ArrowInvalid,
-    reason=(
-        "BUG (airflow_kerr/spark/batch.py, BatchStageRunner.run): a batch in which every record fails leaves no "
-        "piece, and concat_batches([]) raises ArrowInvalid outside the error policy: a run that reads one new "
-        "record, an invalid order, fails instead of writing it to the DLQ (and fails again on every rerun)."
-    ),
-)
 def test_a_batch_holding_only_an_invalid_order_sends_it_to_the_dlq(
     kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
 ) -> None:
@@ -186,15 +176,6 @@ def test_a_batch_holding_only_an_invalid_order_sends_it_to_the_dlq(
     assert [source_offset(m) for m in read_to_end(kafka_config, f"{topic}.dlq")] == [0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "BUG, a record lost (airflow_kerr/spark/batch.py, VectorizedJsonConverter.convert): in a batch whose "
-        "parse fails because of a malformed value, a value msgspec rejects but json.loads accepts (NaN here) is "
-        "removed with the suspects and never re-parsed: it reaches neither the sink nor the DLQ."
-    ),
-)
 def test_a_nan_order_beside_a_malformed_one_is_not_lost(
     kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
 ) -> None:

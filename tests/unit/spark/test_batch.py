@@ -142,8 +142,6 @@ def failing_on(bad_offsets: set[int], calls: list[int]) -> Callable[[pa.RecordBa
 def test_bisection_reports_exactly_the_bad_records_and_keeps_every_good_one(data: st.DataObject) -> None:
     count = data.draw(st.integers(1, 300), label="rows")
     bad_rows = data.draw(st.sets(st.integers(0, count - 1), max_size=min(count, 12)), label="bad rows")
-    # A batch in which every record fails is test_a_batch_in_which_every_record_fails_... (a known bug, xfail).
-    assume(len(bad_rows) < count)
     policy = Policy(**{"errors.tolerance": "all"})
     calls: list[int] = []
     batch = orders_batch(count)
@@ -187,16 +185,6 @@ def test_one_bad_record_among_many_costs_a_logarithmic_number_of_calls() -> None
     assert len(calls) == 1 + 2 * 8
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pa.ArrowInvalid,
-    reason=(
-        "BUG (airflow_kerr/spark/batch.py, BatchStageRunner.run): when every record of the batch fails and is "
-        "tolerated, no piece is left and concat_batches([]) raises ArrowInvalid('Must pass at least one table') "
-        "outside the error policy, so the task fails: a one-record batch with one bad order does it. "
-        "Fix: return an empty slice of the input (e.g. 'if not pieces: return batch.slice(0, 0), []') before concat."
-    ),
-)
 @pytest.mark.parametrize("count", [1, 5])
 def test_a_batch_in_which_every_record_fails_sends_each_to_the_dlq(count: int) -> None:
     policy = Policy(**{"errors.tolerance": "all"})
@@ -436,7 +424,7 @@ def convert_both_ways(raw: Sequence[bytes | None]) -> tuple[Policy, Policy, Any,
 def test_the_vectorized_json_converter_decodes_and_reports_as_the_per_record_one(
     values: list[tuple[str, bytes | None]],
 ) -> None:
-    # A batch of nothing but malformed values is test_a_batch_of_only_malformed_values_... (a known bug, xfail).
+    # A batch of nothing but malformed values is test_a_batch_of_only_malformed_values_....
     assume(any(kind == "good" for kind, _ in values))
     raw = [value for _, value in values]
 
@@ -483,17 +471,6 @@ def test_a_value_that_spans_lines_never_shifts_values_between_records(smuggled: 
         parse_json_column(raw)
 
 
-LOST_SUSPECT_REASON = (
-    "BUG, records lost (airflow_kerr/spark/batch.py, VectorizedJsonConverter.convert): when the whole-batch "
-    "parse fails, every value msgspec rejects is a suspect and is removed from the batch ('keep' excludes all of "
-    "suspect_set), but runner.run(decode_json) reports only those json.loads rejects. A suspect json.loads "
-    "accepts (NaN, Infinity, 1e400, a lone surrogate escape, UTF-16 with a BOM) is neither in the output nor in "
-    "the DLQ: silently dropped, although the comment says it 'is left to the parse below'. Fix: keep the "
-    "suspects runner.run returned as decoded (its second result) in 'keep'."
-)
-
-
-@pytest.mark.xfail(strict=True, reason=LOST_SUSPECT_REASON)
 def test_a_nan_value_in_a_batch_with_a_malformed_one_is_not_lost() -> None:
     raw = [b'{"id": "a", "amount": 1.5}', b'{"id": "b", "amount": NaN}', b'{"id": "c", "amount": ', b'{"id": "d"}']
 
@@ -504,16 +481,13 @@ def test_a_nan_value_in_a_batch_with_a_malformed_one_is_not_lost() -> None:
     assert math.isnan(column.to_pylist()[1]["amount"])
 
 
-LOST = pytest.mark.xfail(strict=True, reason=LOST_SUSPECT_REASON)
-
-
 @pytest.mark.parametrize(
     "accepted_by_json_loads_only",
     [
         b'{"id": "b", "id": "b2"}',  # a duplicate key (json.loads keeps the last; msgspec accepts it too)
-        pytest.param(b'{"id": "b", "amount": "\\ud800"}', marks=LOST, id="lone-surrogate"),
-        pytest.param(b'{"id": "b", "amount": 1e400}', marks=LOST, id="1e400"),  # json.loads gives inf
-        pytest.param('{"id": "b"}'.encode("utf-16"), marks=LOST, id="utf-16-bom"),
+        pytest.param(b'{"id": "b", "amount": "\\ud800"}', id="lone-surrogate"),
+        pytest.param(b'{"id": "b", "amount": 1e400}', id="1e400"),  # json.loads gives inf
+        pytest.param('{"id": "b"}'.encode("utf-16"), id="utf-16-bom"),
     ],
 )
 def test_a_value_json_loads_accepts_but_pyarrow_rejects_fails_with_pyarrow_error(
@@ -563,17 +537,6 @@ def test_an_integer_beyond_int64_keeps_its_exact_value() -> None:
     assert exact or reported, f"decoded {column.to_pylist()} for {expected}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyError,
-    reason=(
-        "BUG (airflow_kerr/spark/batch.py, VectorizedJsonConverter.convert): when every value of a batch is "
-        "malformed, the per-record converter reports them all, the re-parse gets an empty batch, "
-        "BatchStageRunner.run returns that empty input batch unchanged (column 'raw'), and "
-        "decoded.column('value') raises KeyError: the task fails instead of the records going to the DLQ. "
-        "One-line fix: 'if not keep: return pa.nulls(0), []' after computing keep."
-    ),
-)
 def test_a_batch_of_only_malformed_values_sends_each_to_the_dlq() -> None:
     raw = [b'{"id": "o-9", "amount": ', b"{not json"]
 
@@ -583,17 +546,6 @@ def test_a_batch_of_only_malformed_values_sends_each_to_the_dlq() -> None:
     assert vectorized.dead == per_record.dead and vectorized.dead_offsets() == [offset_of(0), offset_of(1)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pa.ArrowTypeError,
-    reason=(
-        "BUG (airflow_kerr/spark/batch.py, VectorizedJsonConverter.convert / BatchStageRunner.run): values whose "
-        "types clash across records (here a field that is a number in one record and text in the next) make the "
-        "whole-batch parse fail; bisection then parses each half successfully and concat_batches raises "
-        "ArrowTypeError outside the error policy, so the task fails. The per-record path decodes both records; "
-        "the module docstring says such a value 'fails with pyarrow's error, found by bisection'."
-    ),
-)
 def test_values_whose_types_clash_across_records_do_not_fail_the_task() -> None:
     raw = [b'{"id": "a", "amount": 1}', b'{"id": "b", "amount": "2"}']
 
@@ -606,7 +558,7 @@ def test_values_whose_types_clash_across_records_do_not_fail_the_task() -> None:
 # --- encoding struct columns for the Kafka sink --------------------------------------------------------------------
 
 FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
-    # DEL (\x7f) is test_del_is_escaped_... (a known difference, xfail).
+    # DEL (\x7f) is test_del_is_escaped_....
     "text": st.text(st.characters(codec="utf-8", exclude_characters="\x7f"), max_size=10)
     | st.sampled_from(['"', "\\", '\\"', "a\"b\\c'", "\n\t\x00", "é", "€", "~", "/"]),
     "int": st.integers(-(2**63), 2**63 - 1),
@@ -620,7 +572,7 @@ ARROW_TYPES = {"text": pa.string(), "int": pa.int64(), "float": pa.float64(), "b
 @st.composite
 def flat_struct_rows(draw: st.DrawFn) -> tuple[pa.StructType, list[dict[str, Any] | None]]:
     names = draw(
-        # At least one field: a struct without fields is test_an_empty_struct_... (a known bug, xfail).
+        # At least one field: a struct without fields is test_an_empty_struct_....
         st.lists(st.text(st.characters(codec="utf-8"), max_size=6), unique=True, min_size=1, max_size=5)
         | st.just(["id", 'quo"te', "back\\slash", "ünï"])
     )
@@ -646,28 +598,10 @@ def test_a_struct_column_is_encoded_as_json_dumps_writes_each_value(
     assert encoded == [None if row is None else json.dumps(row, separators=(",", ":")).encode() for row in rows]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason=(
-        "BUG (airflow_kerr/spark/batch.py, _encode_flat_struct): for a struct without fields, "
-        "binary_join_element_wise gets only scalars and returns a scalar, and rows.to_pylist() raises "
-        "AttributeError, failing the task when a batch transformation returns values that are all {}."
-    ),
-)
 def test_an_empty_struct_is_encoded_as_an_empty_object() -> None:
     assert encode_json_column(pa.array([{}, {}], pa.struct([]))) == [b"{}", b"{}"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG, minor (airflow_kerr/spark/batch.py, _encode_scalar_column): json.dumps escapes DEL as \\u007f "
-        "(ensure_ascii escapes everything outside ' '..'~'), but the fast path's pattern "
-        "[\\x00-\\x1f]|[^\\x00-\\x7f] lets \\x7f through raw: valid JSON with the same decoded value, "
-        "but not the per-record sink's bytes. One-character fix: [^\\x00-\\x7e]."
-    ),
-)
 def test_del_is_escaped_as_json_dumps_escapes_it() -> None:
     assert encode_json_column(pa.array([{"note": "a\x7fb"}])) == [b'{"note":"a\\u007fb"}']
 
