@@ -160,7 +160,9 @@ def test_bisection_reports_exactly_the_bad_records_and_keeps_every_good_one(data
     assert [record.key for record in policy.dead] == [f"k{row}".encode() for row in sorted(bad_rows)]
     assert kept == good_rows
     assert output.column("offset").to_pylist() == [offset_of(row) for row in good_rows]
-    assert output.column("doubled").to_pylist() == [2 * offset_of(row) for row in good_rows]
+    if good_rows:  # with none left the stage never ran successfully: an empty batch of its input comes back
+        assert output.column("doubled").to_pylist() == [2 * offset_of(row) for row in good_rows]
+    assert output.num_rows == len(good_rows)
     assert output.column("value").to_pylist() == [{"id": f"o-{row}", "amount": float(row + 1)} for row in good_rows]
     assert policy.metrics.total_records_skipped == len(bad_rows)
     assert policy.metrics.total_record_failures == len(bad_rows)
