@@ -36,7 +36,7 @@ from airflow_kerr.kafka.client_errors import KafkaErrorKind, classify_kafka_erro
 from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, topic_partitions, watermarks
 from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
 from airflow_kerr.replay.pacing import STOP_CHECK_S, Progress, RateLimiter
-from airflow_kerr.replay.policy import ReplayPolicy, ReplayRecord, decide
+from airflow_kerr.replay.policy import Outgoing, ReplayPolicy, decide, outgoing, unchanged_replayer
 from airflow_kerr.replay.summary import BatchCounts, ReplayPlan, ReplaySummary, partition_ranges
 from airflow_kerr.replay.transactions import (
     BackgroundWriter,
@@ -89,7 +89,7 @@ class _InFlight(NamedTuple):
 class _Batch:
     """One polled batch, decided: the records it writes, what it counts, and the read positions after it."""
 
-    outputs: list[ReplayRecord]
+    outputs: list[Outgoing]
     counts: BatchCounts
     positions: dict[int, int]
 
@@ -729,18 +729,22 @@ class DlqReplay:
         ends: Mapping[int, int],
         policy: ReplayPolicy,
         budget: int | None,
-    ) -> tuple[list[ReplayRecord], BatchCounts, dict[int, int]]:
+    ) -> tuple[list[Outgoing], BatchCounts, dict[int, int]]:
         """Decide every record of one polled batch, in order; stop early when ``budget`` selections are used.
 
         The hot loop of a replay: names are bound to locals because attribute look-ups per
-        record are a visible share of its cost.
+        record are a visible share of its cost. Without a fix or a selection, a record replayed
+        as read takes :func:`unchanged_replayer`'s one pass over its headers; any other record
+        is parsed and decided in full.
         """
         selection = self.options.selection
         matches = None if selection.everything else selection.matches
+        unchanged = unchanged_replayer(policy) if matches is None and policy.fix is None else None
         dlq = self.options.dlq_topic
         counts = BatchCounts()
         count = counts.count
-        outputs: list[ReplayRecord] = []
+        breakdown = counts.breakdown
+        outputs: list[Outgoing] = []
         written = outputs.append
         next_positions = dict(positions)
         scanned = selected = 0
@@ -761,6 +765,17 @@ class DlqReplay:
                 headers, unreadable = message.headers() or [], None
             except Exception as error:  # header names that are not UTF-8: the client cannot decode them
                 headers, unreadable = [], error
+            if unchanged is not None and unreadable is None:
+                replayed = unchanged(headers, message.key(), message.value(), partition, offset)
+                if replayed is not None:
+                    if selected == limit:
+                        break
+                    selected += 1
+                    written(replayed[0])
+                    breakdown[replayed[1]] += 1
+                    scanned += 1
+                    next_positions[partition] = offset + 1
+                    continue
             kind, ts = message.timestamp()
             stamp = ts if kind and ts >= 0 else None
             letter = parse(
@@ -776,7 +791,7 @@ class DlqReplay:
                 decision = decide(letter, headers, policy)
                 count(decision, letter)
                 if decision.record is not None:
-                    written(decision.record)
+                    written(outgoing(decision.record))
             scanned += 1
             next_positions[partition] = offset + 1
         counts.scanned, counts.selected = scanned, selected

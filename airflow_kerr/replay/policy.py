@@ -16,7 +16,25 @@ from enum import StrEnum
 from functools import cached_property
 
 from airflow_kerr.errors import DeadLetterRecord, Header, Stage, exception_class_name, exception_message
-from airflow_kerr.errors.dead_letter import INT64_MAX, TOPIC_NAME_RULE, is_topic_name, shown
+from airflow_kerr.errors.dead_letter import (
+    ERROR_HEADER_CONNECTOR_NAME,
+    ERROR_HEADER_EXCEPTION,
+    ERROR_HEADER_EXCEPTION_MESSAGE,
+    ERROR_HEADER_EXCEPTION_STACK_TRACE,
+    ERROR_HEADER_EXECUTING_CLASS,
+    ERROR_HEADER_ORIG_OFFSET,
+    ERROR_HEADER_ORIG_PARTITION,
+    ERROR_HEADER_ORIG_TOPIC,
+    ERROR_HEADER_PREFIXES,
+    ERROR_HEADER_STAGE,
+    ERROR_HEADER_TASK_ID,
+    INT64_MAX,
+    STAGES_BY_HEADER_BYTES,
+    TOPIC_NAME_RULE,
+    is_topic_name,
+    known_topic_name,
+    shown,
+)
 
 LINEAGE_PREFIX = "__kerr.replay."
 HEADER_REPLAY_COUNT = LINEAGE_PREFIX + "count"
@@ -82,6 +100,16 @@ class ReplayRecord:
 
 
 FixFn = Callable[[ReplayRecord], ReplayRecord | None]
+
+#: One record to write, in ``Producer.produce``'s argument order: topic, value, key, headers and timestamp
+#: (None: the producer stamps it). What the engine hands the writer: a tuple is cheaper to build and unpack
+#: per record than an object, and it holds nothing the writer does not send.
+Outgoing = tuple[str, bytes | None, bytes | None, list[Header], int | None]
+
+
+def outgoing(record: ReplayRecord) -> Outgoing:
+    """The record as the writer produces it."""
+    return (record.topic, record.value, record.key, record.headers, record.timestamp)
 
 
 @dataclass(frozen=True)
@@ -199,6 +227,11 @@ class ReplayPolicy:
     def run_header(self) -> Header:
         return (HEADER_REPLAY_RUN, self.run_id.encode())
 
+    @cached_property
+    def source_prefix(self) -> bytes:
+        """The start of a ``__kerr.replay.source`` value, ``<dlq topic>/``: only partition and offset vary."""
+        return f"{self.dlq_topic}/".encode()
+
 
 @dataclass(slots=True)
 class Decision:
@@ -312,11 +345,120 @@ _COUNT_HEADERS: tuple[Header, ...] = tuple((HEADER_REPLAY_COUNT, str(n).encode()
 
 
 def _lineage(letter: DeadLetterRecord, policy: ReplayPolicy, count: int) -> list[Header]:
+    return _lineage_headers(policy, count, f"{letter.topic}/{letter.partition}/{letter.offset}".encode())
+
+
+def _lineage_headers(policy: ReplayPolicy, count: int, source: bytes) -> list[Header]:
+    """The three lineage headers: the replay count, where in the DLQ the record was read, and the run."""
     return [
         _COUNT_HEADERS[count] if 0 <= count < 16 else (HEADER_REPLAY_COUNT, str(count).encode()),
-        (HEADER_REPLAY_SOURCE, f"{letter.topic}/{letter.partition}/{letter.offset}".encode()),
+        (HEADER_REPLAY_SOURCE, source),
         policy.run_header,
     ]
+
+
+#: A summary breakdown key: action, topic written to (None for a drop), stage, exception class, park reason.
+BreakdownKey = tuple[Action, str | None, Stage | None, str | None, ParkReason | None]
+
+#: Connect's ten error headers, by the slot :func:`replay_unchanged` keeps their value in: source topic,
+#: partition, offset, task id, stage, exception class; the four it has no use for share the last slot.
+_CONNECT_SLOTS: dict[str, int] = {
+    ERROR_HEADER_ORIG_TOPIC: 0,
+    ERROR_HEADER_ORIG_PARTITION: 1,
+    ERROR_HEADER_ORIG_OFFSET: 2,
+    ERROR_HEADER_TASK_ID: 3,
+    ERROR_HEADER_STAGE: 4,
+    ERROR_HEADER_EXCEPTION: 5,
+    ERROR_HEADER_CONNECTOR_NAME: 6,
+    ERROR_HEADER_EXECUTING_CLASS: 6,
+    ERROR_HEADER_EXCEPTION_MESSAGE: 6,
+    ERROR_HEADER_EXCEPTION_STACK_TRACE: 6,
+}
+
+
+#: What :func:`unchanged_replayer` returns: ``(headers, key, value, dlq_partition, dlq_offset)`` to what is
+#: written and its breakdown key, or ``None`` when the record needs :func:`decide`.
+UnchangedReplayer = Callable[
+    [Sequence[Header], bytes | None, bytes | None, int, int], tuple[Outgoing, BreakdownKey] | None
+]
+
+
+def unchanged_replayer(policy: ReplayPolicy) -> UnchangedReplayer:
+    """What :func:`decide` writes for a DLQ record replayed as read, found in one pass over its headers.
+
+    The replay's common case, when no fix is set and every record is selected: Connect's
+    header set with plain values, a source topic known to be valid, a target that may be
+    written. Then nothing of the parsed record is needed but a few fields, so the returned
+    function builds no ``DeadLetterRecord``, ``Decision`` or ``ReplayRecord`` and decodes
+    none of the error headers the replay drops. It answers ``None`` whenever anything needs
+    :func:`parse_dead_letter`'s closer look (another header set, a value that is not plain
+    digits or UTF-8, a record to park): the caller then parses and decides, which gives
+    what it would have given anyway. The policy's fields are bound once, in the closure,
+    because the function runs once per record.
+    """
+    slot_of = _CONNECT_SLOTS.get
+    max_replays = policy.max_replays
+    override = policy.target_topic
+    refusal = policy.refusal
+    source_prefix = policy.source_prefix
+    stage_of = STAGES_BY_HEADER_BYTES.get
+
+    def replay_unchanged(
+        headers: Sequence[Header], key: bytes | None, value: bytes | None, partition: int, offset: int
+    ) -> tuple[Outgoing, BreakdownKey] | None:
+        slots: list[bytes | None] = [None] * 7
+        kept: list[Header] = []
+        count = 0
+        connect = False
+        try:
+            for name, raw in headers:
+                if raw is not None and type(raw) is not bytes:
+                    return None
+                slot = slot_of(name)
+                if slot is not None:
+                    slots[slot] = raw
+                    connect = True
+                elif not name.startswith("__"):
+                    kept.append((name, raw))
+                elif name.startswith(LINEAGE_PREFIX):
+                    if name == HEADER_REPLAY_COUNT:  # as _split_lineage reads it: the last one wins, garbage is 0
+                        try:
+                            count = int(raw or b"")
+                        except ValueError:
+                            count = 0
+                elif name.startswith(ERROR_HEADER_PREFIXES):
+                    return None
+                else:
+                    kept.append((name, raw))
+        except (AttributeError, TypeError, ValueError):  # not (str, bytes) pairs: the parser says what is wrong
+            return None
+        if not connect or count >= max_replays or (key is None and value is None):
+            return None
+        topic_raw, partition_raw, offset_raw, task_raw, stage_raw, exception_raw, _ = slots
+        # Plain decimal digits, short enough to be in range: the parser takes them as they are.
+        if partition_raw is not None and not (len(partition_raw) < 10 and partition_raw.isdigit()):
+            return None
+        if offset_raw is not None and not (len(offset_raw) < 19 and offset_raw.isdigit()):
+            return None
+        if task_raw is not None and not (len(task_raw) < 10 and task_raw.isdigit()):
+            return None
+        source = None
+        if topic_raw is not None:
+            try:
+                source = topic_raw.decode()
+            except UnicodeDecodeError:
+                return None
+            if not known_topic_name(source):
+                return None
+        target = override or source
+        if not target or refusal(target) is not None:
+            return None
+        stage = None if stage_raw is None else stage_of(stage_raw)
+        exception = None if exception_raw is None else exception_raw.decode("utf-8", errors="replace")
+        kept += _lineage_headers(policy, count + 1, source_prefix + b"%d/%d" % (partition, offset))
+        return (target, value, key, kept, None), (Action.REPLAY, target, stage, exception, None)
+
+    return replay_unchanged
 
 
 def _park(

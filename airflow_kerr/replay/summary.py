@@ -11,11 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_kerr.errors import DeadLetterRecord, Stage
-from airflow_kerr.replay.policy import Action, Decision, ParkReason
+from airflow_kerr.errors import DeadLetterRecord
+from airflow_kerr.replay.policy import Action, BreakdownKey, Decision
 
-#: A breakdown key: action, topic written to (None for a drop), stage, exception class, park reason.
-BreakdownKey = tuple[Action, str | None, Stage | None, str | None, ParkReason | None]
 #: Parked records a summary describes one by one (``dlq/partition/offset: reason: detail``); the rest are counted.
 MAX_PARK_EXAMPLES = 10
 

@@ -38,7 +38,7 @@ from confluent_kafka import KafkaError
 
 from airflow_kerr.errors.exceptions import kafka_error_of
 from airflow_kerr.kafka.client_errors import KafkaErrorKind, classify_kafka_error
-from airflow_kerr.replay.policy import ReplayRecord
+from airflow_kerr.replay.policy import Outgoing
 
 log = logging.getLogger(__name__)
 
@@ -166,11 +166,12 @@ def describe_error(error: object) -> str:
     return f"{name}: {reason}" + (f" [{', '.join(flags)}]" if flags else "")
 
 
-def _send(produce: Callable[..., Any], record: ReplayRecord) -> None:
-    if record.timestamp is None:
-        produce(record.topic, record.value, record.key, headers=record.headers)
+def _send(produce: Callable[..., Any], record: Outgoing) -> None:
+    topic, value, key, headers, timestamp = record
+    if timestamp is None:
+        produce(topic, value, key, headers=headers)
     else:
-        produce(record.topic, record.value, record.key, headers=record.headers, timestamp=record.timestamp)
+        produce(topic, value, key, headers=headers, timestamp=timestamp)
 
 
 class TransactionalWriter:
@@ -239,7 +240,7 @@ class TransactionalWriter:
 
     def write(
         self,
-        records: Iterable[ReplayRecord],
+        records: Iterable[Outgoing],
         offsets: Sequence[Any],
         group_metadata: Any,
         pace: Callable[[], bool] | None = None,
@@ -268,11 +269,12 @@ class TransactionalWriter:
                     if not carry_on:
                         self.abort()
                         return False
+                topic, value, key, headers, timestamp = record
                 try:
-                    if record.timestamp is None:
-                        produce(record.topic, record.value, record.key, headers=record.headers)
+                    if timestamp is None:
+                        produce(topic, value, key, headers=headers)
                     else:
-                        _send(produce, record)
+                        produce(topic, value, key, headers=headers, timestamp=timestamp)
                 except Exception as error:
                     self._produce_failed(record, error)
             self._call(
@@ -333,11 +335,12 @@ class TransactionalWriter:
     def _time_left(self) -> float:
         return self._deadline - self._clock()
 
-    def _produce_failed(self, record: ReplayRecord, error: Exception) -> None:
+    def _produce_failed(self, record: Outgoing, error: Exception) -> None:
         """Drain a full queue (within the budget) and produce the record again; classify a client error."""
+        topic = record[0]
         while isinstance(error, BufferError):
             if self._time_left() <= 0:
-                raise _OutOfTime(f"produce to {record.topic!r} (the local queue stayed full)", None)
+                raise _OutOfTime(f"produce to {topic!r} (the local queue stayed full)", None)
             self.producer.poll(min(0.05, max(self._time_left(), 0.0)))
             try:
                 _send(self.producer.produce, record)
@@ -347,10 +350,10 @@ class TransactionalWriter:
         if kafka_error_of(error) is None:
             raise error
         if classify_kafka_error(error, transactional=True) is KafkaErrorKind.FATAL:
-            raise fatal_error(f"produce to {record.topic!r}", error, self.producer) from error
+            raise fatal_error(f"produce to {topic!r}", error, self.producer) from error
         # A record the broker or client refuses (too large, unknown topic) fails the batch, as
         # a failed delivery would at commit: abort, and let the bounded retry decide.
-        raise _AbortRequired(f"produce to {record.topic!r}", error) from error
+        raise _AbortRequired(f"produce to {topic!r}", error) from error
 
     def _call(
         self, name: str, call: Callable[..., Any], *args: Any, timed: bool = True, abortable_is_fatal: bool = False
@@ -440,7 +443,7 @@ class BackgroundWriter:
 
     def submit(
         self,
-        records: Sequence[ReplayRecord],
+        records: Sequence[Outgoing],
         offsets: Sequence[Any],
         group_metadata: Any,
         pace: Callable[[], bool] | None = None,

@@ -187,8 +187,8 @@ def test_a_record_whose_headers_cannot_be_read_is_parked_and_the_replay_moves_pa
 
     outputs, counts, positions = engine._process([UnreadableHeaders()], {0: 4}, {0: 10}, policy(), None)
 
-    (parked,) = outputs
-    assert parked.topic == "orders.dlq.parked" and (parked.key, parked.value) == (b"k", b"v")
+    ((topic, value, key, _, _),) = outputs
+    assert topic == "orders.dlq.parked" and (key, value) == (b"k", b"v")
     assert positions == {0: 5} and counts.selected == 1
     (example,) = counts.park_examples
     assert example.startswith("orders.dlq/0/4: malformed_headers: headers: the record's headers cannot be read")

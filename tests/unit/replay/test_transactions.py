@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from airflow_kerr.errors import parse_dead_letter
-from airflow_kerr.replay.policy import ReplayRecord
+from airflow_kerr.replay.policy import Outgoing
 from airflow_kerr.replay.summary import partition_ranges
 from airflow_kerr.replay.transactions import (
     BackgroundWriter,
@@ -70,10 +69,7 @@ class ScriptedProducer:
         self._step("abort_transaction")
 
 
-RECORDS = [
-    ReplayRecord("orders", b"k", b"v%d" % i, [], parse_dead_letter([], b"k", b"v", topic="d", partition=0, offset=i))
-    for i in range(3)
-]
+RECORDS: list[Outgoing] = [("orders", b"v%d" % i, b"k", [], None) for i in range(3)]
 
 
 def writer(producer: ScriptedProducer) -> TransactionalWriter:
