@@ -289,18 +289,15 @@ def parse_json_column(raw: pa.Array, value_type: pa.DataType | None = None) -> p
 def failing_items(check: Callable[[Any], Any], items: list[Any]) -> list[int]:
     """Indices of the items ``check`` raises for; clean runs are checked in one C-level ``map`` loop."""
     failing: list[int] = []
-    start = 0
-    total = len(items)
-    while start < total:
-        done: list[Any] = []
+    checked: list[Any] = []
+    remaining = iter(items)
+    while True:
         try:
-            done.extend(map(check, items[start:]))
-            break
+            checked.extend(map(check, remaining))
+            return failing
         except Exception:
-            failed = start + len(done)
-            failing.append(failed)
-            start = failed + 1
-    return failing
+            failing.append(len(checked))
+            checked.append(None)
 
 
 def _fast_json_check() -> Callable[[Any], Any]:

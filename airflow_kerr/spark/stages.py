@@ -121,21 +121,20 @@ class BatchRunner:
         """Return the stage's results and the row numbers they belong to; tolerated failures are left out."""
         results: list[Any] = []
         failures = 0
-        start = 0
-        total = len(items)
         stamp = [0.0]
         clock = self.retry.clock if self.retry.config.retry_enabled else None
-        while start < total:
-            segment = items[start:] if start else items
+        # One iterator for the whole batch: when fn raises, map has taken exactly the failed item from it,
+        # so the loop resumes after it without copying what is left of the batch.
+        remaining: Iterator[Any] = iter(items) if clock is None else _stamped(items, clock, stamp)
+        while True:
             try:
-                results.extend(map(fn, segment if clock is None else _stamped(segment, clock, stamp)))
+                results.extend(map(fn, remaining))
                 break
             except Exception as error:
                 failed = len(results)
                 record = source_record(rows[failed])
                 results.append(self.retry.execute_after_failure(stage, fn, record, error, stamp[0], items[failed]))
                 failures += 1
-                start = failed + 1
         if failures == 0:
             return results, list(rows)
         kept = [i for i, value in enumerate(results) if value is not SKIPPED]
