@@ -15,8 +15,10 @@ built only for a record that failed.
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Final
 
 from airflow_kerr.callables import import_callable
@@ -150,7 +152,8 @@ def _stamped(items: Sequence[Any], clock: Callable[[], float], stamp: list[float
 
 def drop_filtered(records: list[Any], rows: list[int]) -> tuple[list[Any], list[int]]:
     """Remove the records a transformation dropped on purpose (returned None)."""
-    if None not in records:
+    # By identity: "None in records" would call each record's dataclass __eq__.
+    if not any(map(operator.is_, records, repeat(None))):
         return records, rows
     kept = [i for i, record in enumerate(records) if record is not None]
     return [records[i] for i in kept], [rows[i] for i in kept]
