@@ -115,8 +115,10 @@ class _LoopState:
     progress: Progress
     committed: dict[int, int]
     positions: dict[int, int]
-    #: Called by the writer before each record produced, so a stop aborts the open transaction.
+    #: Called by the writer before each record produced, so a stop aborts the open transaction: the rate
+    #: limiter's wait for a paced run (``pace``), else a check that never waits (``halted``).
     pace: Callable[[], bool] | None = None
+    halted: Callable[[], bool] | None = None
     batch_size: int = 1
     pending: BatchCounts = field(default_factory=BatchCounts)
     in_flight: _InFlight | None = None
@@ -486,30 +488,27 @@ class DlqReplay:
         committed = {p: plan.start_offsets[p] for p in plan.partitions}
         background = None if writer is None else BackgroundWriter(writer)
         loop = _LoopState(consumer, writer, background, plan, summary, policy, progress, committed, dict(committed))
-        loop.pace, loop.batch_size = self._pacing(loop)
+        loop.pace, loop.halted, loop.batch_size = self._pacing(loop)
         self._rewind(loop)
         return loop
 
-    def _pacing(self, loop: _LoopState) -> tuple[Callable[[], bool], int]:
-        """What the writer calls before each record, and the most records one batch reads.
+    def _pacing(self, loop: _LoopState) -> tuple[Callable[[], bool] | None, Callable[[], bool] | None, int]:
+        """What the writer calls before each record (``pace`` or ``halted``), and the most records one batch reads.
 
-        The call lets a stop abort the open transaction. With ``max_records_per_second`` it
-        also waits for the rate limiter's next slot, and a batch holds at most a second's worth
-        of records, so a paced replay still commits about once a second.
+        The call lets a stop abort the open transaction. With ``max_records_per_second`` it is
+        the rate limiter, which waits for the next slot, and a batch holds at most a second's
+        worth of records, so a paced replay still commits about once a second.
         """
         o = self.options
+        halted = partial(self._halted, loop)
         if o.max_records_per_second is None:
-            return partial(self._carry_on, loop), o.batch_size
-        limiter = RateLimiter(o.max_records_per_second, stopped=partial(self._halted, loop))
-        return limiter.acquire, min(o.batch_size, max(1, int(o.max_records_per_second)))
+            return None, halted, o.batch_size
+        limiter = RateLimiter(o.max_records_per_second, stopped=halted)
+        return limiter.acquire, None, min(o.batch_size, max(1, int(o.max_records_per_second)))
 
     def _halted(self, loop: _LoopState) -> bool:
         """Whether the writer must stop producing: a stop was asked for, or the loop ended with a batch in flight."""
         return self._stop_requested or loop.abandoned
-
-    def _carry_on(self, loop: _LoopState) -> bool:
-        """The unpaced writer's check before each record: go on unless :meth:`_halted`."""
-        return not self._halted(loop)
 
     def _budget(self, loop: _LoopState) -> int | None:
         """How many more records ``max_records`` lets this run select (counting those read but not yet committed)."""
@@ -585,7 +584,8 @@ class DlqReplay:
             if written is _Written.REWOUND:
                 return True  # this batch is read again from the committed offsets
         offsets = self._offsets(loop.positions, loop.committed)
-        loop.background.submit(batch.outputs, offsets, loop.consumer.consumer_group_metadata(), loop.pace)
+        metadata = loop.consumer.consumer_group_metadata()
+        loop.background.submit(batch.outputs, offsets, metadata, loop.pace, loop.halted)
         loop.in_flight, loop.pending = _InFlight(dict(loop.positions), loop.pending), BatchCounts()
         return True
 

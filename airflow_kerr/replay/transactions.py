@@ -244,12 +244,16 @@ class TransactionalWriter:
         offsets: Sequence[Any],
         group_metadata: Any,
         pace: Callable[[], bool] | None = None,
+        halted: Callable[[], bool] | None = None,
     ) -> bool:
         """Write one batch and commit ``offsets`` for the group in the same transaction, within the budget.
 
         ``pace`` is called before each record and returns False to stop: the open
         transaction is then aborted and False returned, so nothing is half-committed. Its
-        waits do not count against the budget.
+        waits do not count against the budget. ``halted``, for a writer that is not paced,
+        is asked before each record instead and returns True to stop the same way; it never
+        waits, so no clock is read around it (two clock readings per record were a tenth of
+        the writer's time).
         Raises :class:`BatchAborted` after aborting on an abortable error,
         :class:`BrokerUnreachable` when the budget ran out, and :class:`ReplayFatalError`
         on a fatal error.
@@ -261,6 +265,9 @@ class TransactionalWriter:
             self.in_transaction = True
             produce = self.producer.produce
             for record in records:
+                if halted is not None and halted():
+                    self.abort()
+                    return False
                 if pace is not None:
                     # Waiting for the rate limiter is not waiting for the broker: it does not use up the budget.
                     paced = self._clock()
@@ -447,13 +454,14 @@ class BackgroundWriter:
         offsets: Sequence[Any],
         group_metadata: Any,
         pace: Callable[[], bool] | None = None,
+        halted: Callable[[], bool] | None = None,
     ) -> None:
         """Start :meth:`TransactionalWriter.write` of one batch; collect its outcome with :meth:`result` first."""
         if self._future is not None:
             raise RuntimeError("a batch is still in flight; collect its result first")
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="kerr-replay-writer")
-        self._future = self._executor.submit(self.writer.write, records, offsets, group_metadata, pace)
+        self._future = self._executor.submit(self.writer.write, records, offsets, group_metadata, pace, halted)
 
     def result(self) -> bool:
         """Wait for the batch in flight: what ``write`` returned, or the exception it raised."""

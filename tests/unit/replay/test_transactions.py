@@ -159,6 +159,30 @@ def test_a_stop_while_pacing_aborts_the_open_transaction() -> None:
     assert not sink.in_transaction
 
 
+def test_a_stop_seen_by_the_unpaced_check_aborts_the_open_transaction() -> None:
+    producer = ScriptedProducer()
+    halts = iter([False, True])
+    sink = writer(producer)
+    assert not sink.write(RECORDS, [], "group", halted=lambda: next(halts))
+    assert producer.calls == ["begin_transaction", "produce", "abort_transaction"]
+    assert not sink.in_transaction
+
+
+def test_the_unpaced_check_reads_no_clock_per_record() -> None:
+    def clock_readings(records: list[Outgoing]) -> int:
+        readings: list[float] = []
+
+        def clock() -> float:
+            readings.append(0.0)
+            return 0.0
+
+        sink = TransactionalWriter(ScriptedProducer(), sleep=lambda s: None, clock=clock)
+        assert sink.write(records, [], "group", halted=lambda: False)
+        return len(readings)
+
+    assert clock_readings(RECORDS) == clock_readings(RECORDS[:1])
+
+
 def test_a_background_batch_reports_its_outcome_before_the_next_is_handed_over() -> None:
     producer = ScriptedProducer(commit_transaction=[ABORTABLE])
     background = BackgroundWriter(writer(producer))
