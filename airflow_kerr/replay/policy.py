@@ -299,7 +299,7 @@ def decide(letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: Repl
         problem = _unusable(record)
         if problem is not None:
             return _park(letter, raw_headers, policy, ParkReason.FIX_FAILED, problem, count)
-        record.headers = _split_lineage(list(record.headers))[0]
+        record.headers = _split_lineage(record.headers)[0]
     assert record is not None
     refused = policy.refusal(record.topic)
     if refused is not None:
@@ -321,6 +321,8 @@ def _unusable(record: object) -> str | None:
         return f"the fix returned a topic of type {type(record.topic).__name__}, expected str"
     for name in ("key", "value"):
         part = getattr(record, name)
+        if part is None or type(part) is bytes:  # what a fix returns nearly always: nothing more to check
+            continue
         if isinstance(part, str):
             try:
                 setattr(record, name, part.encode("utf-8"))
@@ -332,12 +334,18 @@ def _unusable(record: object) -> str | None:
     if timestamp is not None and (type(timestamp) is not int or not 0 <= timestamp <= INT64_MAX):
         return f"the fix returned timestamp={shown(timestamp)}, expected None or epoch milliseconds (an int >= 0)"
     headers = record.headers
-    if not isinstance(headers, (list, tuple)) or not all(
-        isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str) and (h[1] is None or isinstance(h[1], bytes))
-        for h in headers
-    ):
-        return f"the fix returned headers={shown(headers)}, expected a list of (str, bytes or None) pairs"
+    if not isinstance(headers, (list, tuple)):
+        return _bad_headers(headers)
+    for h in headers:  # a loop, not all(<generator>): this runs for every fixed record
+        if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)):
+            return _bad_headers(headers)
+        if h[1] is not None and not isinstance(h[1], bytes):
+            return _bad_headers(headers)
     return None
+
+
+def _bad_headers(headers: object) -> str:
+    return f"the fix returned headers={shown(headers)}, expected a list of (str, bytes or None) pairs"
 
 
 #: ``__kerr.replay.count`` headers for the counts a replay writes most, built once.
