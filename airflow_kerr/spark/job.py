@@ -29,6 +29,7 @@ One run is a bounded batch:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -38,6 +39,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,6 +90,8 @@ SUMMARY_SCHEMA = (
     "topic string, partition int, first_offset long, last_offset long, records_in long, records_out long, "
     "metrics binary"
 )
+# Allocations between two runs of the cyclic collector while a task processes (see few_collections).
+GC_FIRST_GENERATION_THRESHOLD = 50_000
 # By module path, not __name__: spark-submit runs this file as __main__, which no executor can import.
 PROCESS_BATCHES = "airflow_kerr.spark.job.process_batches"
 SUMMARY_FIELDS = ("topic", "partition", "first_offset", "last_offset", "records_in", "records_out", "metrics")
@@ -505,14 +509,34 @@ def _process_task(batches: Iterator[Any], spec_json: str, run_id: str) -> dict[s
     spec = PipelineSpec.from_json(spec_json)
     processor = PartitionProcessor(spec, run_id, part_name=f"part-{run_id}-{uuid.uuid4().hex[:8]}")
     try:
-        for batch in batches:
-            processor.process(batch)
+        with few_collections():
+            for batch in batches:
+                processor.process(batch)
         summary = processor.finish()
     except Exception as error:
         raise processor.fail(error) from error
     finally:
         processor.close()
     return summary | {"metrics": pickle.dumps(processor.metrics)}
+
+
+@contextmanager
+def few_collections(first_generation: int = GC_FIRST_GENERATION_THRESHOLD) -> Iterator[None]:
+    """Run the cyclic garbage collector rarely while a task processes its batches; restore it afterwards.
+
+    A batch makes hundreds of thousands of short-lived objects (decoded values, records,
+    encoded bytes) that reference counting frees. At Python's default threshold (700
+    allocations) the collector still runs thousands of times per batch and scans the
+    batch's live objects each time: about 1.4 µs per record, 14 % of the per-record path,
+    measured in-process at 0 % bad. Python workers are reused across tasks, so the
+    setting is put back when the task ends.
+    """
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], first_generation), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 def _summary_arrow_schema() -> Any:
