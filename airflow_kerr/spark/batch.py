@@ -212,17 +212,24 @@ class VectorizedJsonConverter:
         self.runner = runner
         self.batch_runner = batch_runner
         self.check = _fast_json_check()
+        self.sieve_first = False
 
     def convert(
         self, raw: pa.Array, rows: list[int], source_record: Callable[[int], SourceRecord]
     ) -> tuple[pa.Array, list[int]]:
-        """Decode ``raw`` (binary values of ``rows``); return the decoded column and the rows that decoded."""
-        try:
-            return parse_json_column(raw), rows
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            pass
+        """Decode ``raw`` (binary values of ``rows``); return the decoded column and the rows that decoded.
+
+        After a batch that held a bad value the next one is sieved first: a stream with some
+        bad records has them in most batches, and the whole-batch attempt would fail again.
+        """
+        if not self.sieve_first:
+            try:
+                return parse_json_column(raw), rows
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                self.sieve_first = True
         values = raw.to_pylist()
         suspects = failing_items(self.check, values)
+        self.sieve_first = bool(suspects)
         if suspects:
             # The per-record converter decides what a suspect is: malformed values fail here exactly as they
             # would record by record; one Python accepts (NaN, a huge number) stays for pyarrow's parse below.

@@ -291,6 +291,8 @@ class VectorizedStages:
         self.transformations = [
             (stage, vectorized.as_arrow_function(fn, stage.class_name)) for stage, fn in processor.transformations
         ]
+        #: One JSON converter per converter stage (key, value), kept across the task's batches.
+        self.json_converters: dict[Stage, Any] = {}
 
     def process(self, batch: Any, columns: BatchColumns) -> int:
         """Run every stage over one Arrow batch of source records; return how many records the sink took."""
@@ -309,15 +311,17 @@ class VectorizedStages:
         values, rows = self.convert(processor.value_converter, batch.column("value"), key_rows, source)
         if len(rows) != len(key_rows):
             keys = keys.take(_positions(key_rows, rows))
-        picked = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows, pa.int64()))
-        micros = picked.column("timestamp").cast(pa.int64())
+        coordinates = batch.select(["topic", "partition", "offset", "timestamp"])
+        if len(rows) != batch.num_rows:
+            coordinates = coordinates.take(pa.array(rows, pa.int64()))
+        micros = coordinates.column("timestamp").cast(pa.int64())
         work = pa.RecordBatch.from_arrays(
             [
                 keys,
                 values,
-                picked.column("topic"),
-                picked.column("partition"),
-                picked.column("offset"),
+                coordinates.column("topic"),
+                coordinates.column("partition"),
+                coordinates.column("offset"),
                 pc.divide(micros, pa.scalar(1000, pa.int64())),
             ],
             ["key", "value", "topic", "partition", "offset", "timestamp"],
@@ -366,7 +370,10 @@ class VectorizedStages:
         if converter.fn is None:
             return raw, rows
         if converter.fn is decode_json:
-            json_converter = vectorized.VectorizedJsonConverter(converter.stage, runner, self.batch_runner)
+            json_converter = self.json_converters.get(converter.stage.type)
+            if json_converter is None:
+                json_converter = vectorized.VectorizedJsonConverter(converter.stage, runner, self.batch_runner)
+                self.json_converters[converter.stage.type] = json_converter
             return json_converter.convert(raw, rows, source)
         if converter.fn is decode_string:
             return vectorized.decode_string_column(raw, rows, converter.stage, runner, source)
