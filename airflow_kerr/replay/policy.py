@@ -417,7 +417,6 @@ def unchanged_replayer(policy: ReplayPolicy) -> UnchangedReplayer:
         slots: list[bytes | None] = [None] * 7
         kept: list[Header] = []
         count = 0
-        connect = False
         try:
             for name, raw in headers:
                 if raw is not None and type(raw) is not bytes:
@@ -425,7 +424,6 @@ def unchanged_replayer(policy: ReplayPolicy) -> UnchangedReplayer:
                 slot = slot_of(name)
                 if slot is not None:
                     slots[slot] = raw
-                    connect = True
                 elif not name.startswith("__"):
                     kept.append((name, raw))
                 elif name.startswith(LINEAGE_PREFIX):
@@ -440,7 +438,7 @@ def unchanged_replayer(policy: ReplayPolicy) -> UnchangedReplayer:
                     kept.append((name, raw))
         except (AttributeError, TypeError, ValueError):  # not (str, bytes) pairs: the parser says what is wrong
             return None
-        if not connect or count >= max_replays or (key is None and value is None):
+        if count >= max_replays or (key is None and value is None):
             return None
         topic_raw, partition_raw, offset_raw, task_raw, stage_raw, exception_raw, _ = slots
         # Plain decimal digits, short enough to be in range: the parser takes them as they are.
