@@ -357,7 +357,7 @@ class VectorizedStages:
         written_keys = _to_write(work.column("key"), converted_keys, raw.column("key"), taken)
         written_values = _to_write(work.column("value"), converted_values, raw.column("value"), taken)
         pairs = list(zip(written_keys, written_values, strict=True))
-        done, _ = processor.runner.run(processor.put_stage, sink.put_pair, pairs, rows, columns.source_record)
+        done, _ = processor.runner.run(processor.put_stage, sink.put_encoded, pairs, rows, columns.source_record)
         return len(done)
 
     def convert(self, converter: Converter, raw: Any, rows: list[int], source: Any) -> tuple[Any, list[int]]:

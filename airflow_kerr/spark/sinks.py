@@ -96,6 +96,16 @@ class KafkaSink:
         """Write one converted (key, value) pair: the fast path when there are no transformations."""
         self.channel.produce(self.topic, key=encode_value(pair[0]), value=encode_value(pair[1]))
 
+    def put_encoded(self, pair: tuple[bytes | None, bytes | None]) -> None:
+        """Write one (key, value) pair that is bytes already (the vectorized path): one call into the producer.
+
+        Only a full local queue takes the slower way, which waits for room.
+        """
+        try:
+            self.channel.producer.produce(self.topic, pair[1], pair[0])
+        except BufferError:
+            self.channel.produce(self.topic, key=pair[0], value=pair[1])
+
     def flush(self) -> None:
         self.channel.flush()
 
