@@ -651,10 +651,12 @@ def commit_offsets(spec: PipelineSpec, ranges: Sequence[OffsetRange]) -> None:
         consumer.close()
 
 
-def publish_run_metrics(spec: PipelineSpec, run_id: str, metrics: ErrorMetrics, started_ms: int, state: str) -> None:
+def publish_run_metrics(
+    channel: ProducerChannel, spec: PipelineSpec, run_id: str, metrics: ErrorMetrics, started_ms: int, state: str
+) -> None:
     """Write the whole run's metrics record (``scope="run"``) and wait until Kafka has it."""
     _publish_metrics_record(
-        ProducerChannel(spec.kafka),
+        channel,
         spec,
         metrics,
         task=None,
@@ -747,6 +749,9 @@ def run_job(spark: Any, spec: PipelineSpec, run_id: str) -> dict[str, Any]:
     """Plan, process and commit one bounded batch; return the run summary. Raises when the run failed."""
     config = spec.validate()
     started_ms = int(time.time() * 1000)
+    # Made now, used at the end: an idempotent producer's first delivery waits about 0.5 s for its
+    # producer id (librdkafka's start-up timer), which then overlaps the whole run instead of adding to it.
+    metrics_channel = ProducerChannel(spec.kafka)
     ensure_dead_letter_topic(spec, config)
     kafka_source.register(spark)
     ranges = plan_offset_ranges(
@@ -763,7 +768,7 @@ def run_job(spark: Any, spec: PipelineSpec, run_id: str) -> dict[str, Any]:
     for row in summaries:
         metrics = metrics.merge(pickle.loads(row["metrics"]))
     check_run_limits(config, metrics)
-    publish_run_metrics(spec, run_id, metrics, started_ms, "success")
+    publish_run_metrics(metrics_channel, spec, run_id, metrics, started_ms, "success")
     if os.environ.get(EXIT_BEFORE_COMMIT_ENV):
         LOG.error(
             "%s is set: stopping after the outputs were flushed, before the offset commit", EXIT_BEFORE_COMMIT_ENV
