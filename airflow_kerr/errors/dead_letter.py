@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from airflow_kerr.errors.config import HeaderFormat
-from airflow_kerr.errors.context import ErrorContext
+from airflow_kerr.errors.context import ErrorContext, TaskId
 from airflow_kerr.errors.exceptions import exception_class_name, exception_message, format_stacktrace
 from airflow_kerr.errors.record import Header, SourceRecord, TimestampType
 from airflow_kerr.errors.stage import Stage
@@ -132,6 +132,31 @@ def _utf8(value: str | None) -> bytes | None:
     return None if value is None else value.encode("utf-8")
 
 
+#: Sets of executing headers kept at most; past it the cache starts over (a job has a handful of stages).
+EXECUTING_HEADERS_CACHE_SIZE = 256
+_executing_headers_cache: dict[tuple[str, int, str, str], tuple[Header, ...]] = {}
+
+
+def _executing_headers(task: TaskId, stage: Stage, executing_class: str) -> tuple[Header, ...]:
+    """The connector name, task id, stage and class name headers: the same for every failure of a stage.
+
+    Encoded once per (task, stage, class) rather than once per failed record.
+    """
+    key = (task.pipeline, task.task, stage, executing_class)
+    headers = _executing_headers_cache.get(key)
+    if headers is None:
+        headers = (
+            (ERROR_HEADER_CONNECTOR_NAME, _utf8(task.pipeline)),
+            (ERROR_HEADER_TASK_ID, _utf8(str(task.task))),
+            (ERROR_HEADER_STAGE, _utf8(stage.value)),
+            (ERROR_HEADER_EXECUTING_CLASS, _utf8(executing_class)),
+        )
+        if len(_executing_headers_cache) >= EXECUTING_HEADERS_CACHE_SIZE:
+            _executing_headers_cache.clear()
+        _executing_headers_cache[key] = headers
+    return headers
+
+
 def connect_context_headers(context: ErrorContext) -> list[Header]:
     """Connect's ten ``__connect.errors.*`` headers, in Connect's order and with its omissions.
 
@@ -142,17 +167,23 @@ def connect_context_headers(context: ErrorContext) -> list[Header]:
     headers: list[Header] = []
     record = context.record
     if record is not None:
-        headers.append((ERROR_HEADER_ORIG_TOPIC, _utf8(record.topic)))
-        headers.append((ERROR_HEADER_ORIG_PARTITION, _utf8(str(record.partition))))
-        headers.append((ERROR_HEADER_ORIG_OFFSET, _utf8(str(record.offset))))
-    headers.append((ERROR_HEADER_CONNECTOR_NAME, _utf8(context.task.pipeline)))
-    headers.append((ERROR_HEADER_TASK_ID, _utf8(str(context.task.task))))
-    headers.append((ERROR_HEADER_STAGE, _utf8(context.stage.value)))
-    headers.append((ERROR_HEADER_EXECUTING_CLASS, _utf8(context.executing_class)))
+        headers += (
+            (ERROR_HEADER_ORIG_TOPIC, _utf8(record.topic)),
+            (ERROR_HEADER_ORIG_PARTITION, str(record.partition).encode("utf-8")),
+            (ERROR_HEADER_ORIG_OFFSET, str(record.offset).encode("utf-8")),
+        )
+    headers += _executing_headers(context.task, context.stage, context.executing_class)
     error = context.error
-    headers.append((ERROR_HEADER_EXCEPTION, _utf8(exception_class_name(error))))
-    headers.append((ERROR_HEADER_EXCEPTION_MESSAGE, _utf8(exception_message(error))))
-    headers.append((ERROR_HEADER_EXCEPTION_STACK_TRACE, _utf8(format_stacktrace(error))))
+    class_name = exception_class_name(error)
+    message = exception_message(error)
+    headers += (
+        (ERROR_HEADER_EXCEPTION, class_name.encode("utf-8")),
+        (ERROR_HEADER_EXCEPTION_MESSAGE, _utf8(message)),
+        (
+            ERROR_HEADER_EXCEPTION_STACK_TRACE,
+            format_stacktrace(error, class_name=class_name, message=message).encode("utf-8"),
+        ),
+    )
     return headers
 
 
