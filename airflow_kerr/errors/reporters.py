@@ -95,26 +95,31 @@ class DeadLetterQueueReporter:
         self._group = group
         self._lose = lose_records_on_send_failure
         self._logger = logger or _LOG
+        # Read once: the configuration is frozen, and these are read for every failed record.
+        self._topic = config.dlq_topic_name
+        self._header_format = config.dlq_header_format
+        self._context_headers = config.dlq_context_headers_enable
+        self._copy_record = config.dlq_copy_record_enable
 
     @property
     def topic(self) -> str:
         """The DLQ topic; empty when the DLQ is disabled."""
-        return self._config.dlq_topic_name
+        return self._topic
 
     def build(self, context: ErrorContext) -> DeadLetterQueueRecord:
         """The DLQ record for ``context`` as this configuration shapes it."""
         return build_dead_letter_record(
             context,
-            topic=self.topic,
-            header_format=self._config.dlq_header_format,
-            context_headers=self._config.dlq_context_headers_enable,
-            copy_record=self._config.dlq_copy_record_enable,
+            topic=self._topic,
+            header_format=self._header_format,
+            context_headers=self._context_headers,
+            copy_record=self._copy_record,
             group=self._group,
         )
 
     def report(self, context: ErrorContext) -> None:
         """Send the failed record to the DLQ (no-op when no DLQ topic is configured)."""
-        if not self.topic:
+        if not self._topic:
             return
         self._metrics.record_dlq_produce_request()
         if context.record is None:

@@ -272,7 +272,19 @@ def validate(order: object) -> object:
             raise OverflowError("retrying the parse overflowed")  # noqa: B904 - the implicit context is the point
     if order == "deep":
         return _recurse(4)
+    if order == "odd-module":
+        raise OddModule("a class whose __module__ is not a string")
+    if order == "unprintable-cause":
+        raise ValueError("outer") from Unprintable("inner")
     return order
+
+
+OddModule = type("OddModule", (Exception,), {"__module__": None})
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
 
 
 def _recurse(depth: int) -> object:
@@ -292,6 +304,8 @@ ORDERS = [
     "chained",
     "context",
     "implicit",
+    "odd-module",
+    "unprintable-cause",
 ]
 
 
