@@ -185,8 +185,9 @@ def format_stacktrace(error: BaseException, *, class_name: str | None = None, me
 
     Tools that show only the first line of Connect's stacktrace header still get the class
     and message; the full Python traceback (with chained causes) follows. A caller that
-    already has :func:`exception_class_name` and :func:`exception_message` of ``error`` may
-    pass them (both), so they are not worked out twice.
+    already has :func:`exception_class_name` and :func:`exception_message` of ``error``
+    passes both, so they are not worked out twice (a ``message`` without ``class_name`` is
+    ignored).
     """
     if class_name is None:
         class_name, message = exception_class_name(error), exception_message(error)
@@ -267,9 +268,10 @@ def _frames_text(tb: TracebackType) -> str:
     frame's code object (its file and function) and instruction offset (its line), plus the
     source lines linecache holds. The key is cheap to build on purpose: code object ids, as
     a code object's hash walks its constants (the entry keeps the code objects alive, so
-    their ids stay theirs), and offsets, as ``tb_lineno`` scans the line table. A hit is used only while linecache
-    still holds the entries the text was read from, and a traceback through a file linecache
-    has no source for is never cached (linecache may find it later).
+    their ids stay theirs), and offsets, as ``tb_lineno`` scans the line table. A hit is
+    used only while linecache still holds the entries the text was read from, and a
+    traceback through a file linecache has no source for is never cached (linecache may
+    find it later).
     """
     key: list[int] = []
     frame_tb: TracebackType | None = tb
