@@ -368,7 +368,7 @@ def _lineage_headers(policy: ReplayPolicy, count: int, source: bytes) -> list[He
 #: A summary breakdown key: action, topic written to (None for a drop), stage, exception class, park reason.
 BreakdownKey = tuple[Action, str | None, Stage | None, str | None, ParkReason | None]
 
-#: Connect's ten error headers, by the slot :func:`replay_unchanged` keeps their value in: source topic,
+#: Connect's ten error headers, by the slot :func:`unchanged_replayer` keeps their value in: source topic,
 #: partition, offset, task id, stage, exception class; the four it has no use for share the last slot.
 _CONNECT_SLOTS: dict[str, int] = {
     ERROR_HEADER_ORIG_TOPIC: 0,
