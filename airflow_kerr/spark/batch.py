@@ -39,7 +39,14 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from airflow_kerr.errors import SKIPPED, PipelineStage, RetryWithTolerance, SourceRecord
-from airflow_kerr.spark.stages import BatchRunner, batch_kind, batch_transformation, decode_json, decode_string
+from airflow_kerr.spark.stages import (
+    BatchRunner,
+    batch_kind,
+    batch_transformation,
+    decode_json,
+    decode_string,
+    map_past_failures,
+)
 
 __all__ = ["BatchStageRunner", "VectorizedJsonConverter", "batch_kind", "batch_transformation"]
 
@@ -296,15 +303,8 @@ def parse_json_column(raw: pa.Array, value_type: pa.DataType | None = None) -> p
 def failing_items(check: Callable[[Any], Any], items: list[Any]) -> list[int]:
     """Indices of the items ``check`` raises for; clean runs are checked in one C-level ``map`` loop."""
     failing: list[int] = []
-    checked: list[Any] = []
-    remaining = iter(items)
-    while True:
-        try:
-            checked.extend(map(check, remaining))
-            return failing
-        except Exception:
-            failing.append(len(checked))
-            checked.append(None)
+    map_past_failures(check, items, lambda index, _error: failing.append(index))
+    return failing
 
 
 def _fast_json_check() -> Callable[[Any], Any]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Final
@@ -121,26 +121,40 @@ class BatchRunner:
         source_record: Callable[[int], SourceRecord],
     ) -> tuple[list[Any], list[int]]:
         """Return the stage's results and the row numbers they belong to; tolerated failures are left out."""
-        results: list[Any] = []
         failures = 0
         stamp = [0.0]
         clock = self.retry.clock if self.retry.config.retry_enabled else None
-        # One iterator for the whole batch: when fn raises, map has taken exactly the failed item from it,
-        # so the loop resumes after it without copying what is left of the batch.
-        remaining: Iterator[Any] = iter(items) if clock is None else _stamped(items, clock, stamp)
-        while True:
-            try:
-                results.extend(map(fn, remaining))
-                break
-            except Exception as error:
-                failed = len(results)
-                record = source_record(rows[failed])
-                results.append(self.retry.execute_after_failure(stage, fn, record, error, stamp[0], items[failed]))
-                failures += 1
+
+        def handle(failed: int, error: Exception) -> Any:
+            nonlocal failures
+            failures += 1
+            record = source_record(rows[failed])
+            return self.retry.execute_after_failure(stage, fn, record, error, stamp[0], items[failed])
+
+        results = map_past_failures(fn, items if clock is None else _stamped(items, clock, stamp), handle)
         if failures == 0:
             return results, list(rows)
         kept = [i for i, value in enumerate(results) if value is not SKIPPED]
         return [results[i] for i in kept], [rows[i] for i in kept]
+
+
+def map_past_failures(
+    fn: Callable[[Any], Any], items: Iterable[Any], on_failure: Callable[[int, Exception], Any]
+) -> list[Any]:
+    """``[fn(item) for item in items]`` in a C-level ``map`` loop; a failed item gets ``on_failure(index, error)``.
+
+    One iterator serves the whole run: when ``fn`` raises, ``map`` has taken exactly the
+    failed item from it, so the loop resumes after it without copying what is left.
+    ``on_failure``'s return value takes the failed item's place in the results.
+    """
+    results: list[Any] = []
+    remaining = iter(items)
+    while True:
+        try:
+            results.extend(map(fn, remaining))
+            return results
+        except Exception as error:
+            results.append(on_failure(len(results), error))
 
 
 def _stamped(items: Sequence[Any], clock: Callable[[], float], stamp: list[float]) -> Iterator[Any]:
