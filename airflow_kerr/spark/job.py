@@ -41,6 +41,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -145,11 +146,10 @@ class PartitionProcessor:
             return
         self.metrics.record_in(count)
         columns = BatchColumns(batch)
-        offsets = columns.offsets
         if self.first_offset is None:
-            self.first_offset = offsets[0]
-            self.topic, self.partition = columns.topics[0], columns.partitions[0]
-        self.last_offset = offsets[-1]
+            self.first_offset = batch.column("offset")[0].as_py()
+            self.topic, self.partition = batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py()
+        self.last_offset = batch.column("offset")[-1].as_py()
         if self.vector is not None:
             self.records_out += self.vector.process(batch, columns)
             return
@@ -401,65 +401,60 @@ def _to_write(column: Any, converted: Any, raw: Any, taken: Any) -> list[Any]:
 class BatchColumns:
     """Column access for one Arrow batch in the ``kerr_kafka`` schema; per-row objects only on demand.
 
-    Every column is converted with one vectorized call; headers are flattened and
-    sliced rather than converted struct by struct, which costs several times more.
+    Each column is converted with one vectorized call the first time it is read, so the
+    vectorized path, which reads a clean batch's columns only as Arrow, converts none of
+    them. Headers are flattened and sliced rather than converted struct by struct, which
+    costs several times more.
     """
 
     def __init__(self, batch: Any) -> None:
         self.batch = batch
-        self.keys: list[Any] = batch.column("key").to_pylist()
-        self.values: list[Any] = batch.column("value").to_pylist()
-        self.offsets: list[int] = batch.column("offset").to_pylist()
-        self._topics: list[str] | None = None
-        self._partitions: list[int] | None = None
-        self._timestamps: list[int | None] | None = None
-        self._headers: list[list[tuple[str, bytes | None]]] | None = None
-        self._header_pairs_cache: tuple[list[int], list[tuple[str, bytes | None]]] | None = None
 
-    @property
+    @cached_property
+    def keys(self) -> list[Any]:
+        return self.batch.column("key").to_pylist()
+
+    @cached_property
+    def values(self) -> list[Any]:
+        return self.batch.column("value").to_pylist()
+
+    @cached_property
+    def offsets(self) -> list[int]:
+        return self.batch.column("offset").to_pylist()
+
+    @cached_property
     def topics(self) -> list[str]:
-        if self._topics is None:
-            self._topics = self.batch.column("topic").to_pylist()
-        return self._topics
+        return self.batch.column("topic").to_pylist()
 
-    @property
+    @cached_property
     def partitions(self) -> list[int]:
-        if self._partitions is None:
-            self._partitions = self.batch.column("partition").to_pylist()
-        return self._partitions
+        return self.batch.column("partition").to_pylist()
 
-    @property
+    @cached_property
     def timestamps(self) -> list[int | None]:
-        if self._timestamps is None:
-            import pyarrow as pa
+        import pyarrow as pa
 
-            micros = self.batch.column("timestamp").cast(pa.int64()).to_pylist()
-            self._timestamps = [None if ts is None else ts // 1000 for ts in micros]
-        return self._timestamps
+        micros = self.batch.column("timestamp").cast(pa.int64()).to_pylist()
+        return [None if ts is None else ts // 1000 for ts in micros]
 
-    @property
+    @cached_property
     def headers(self) -> list[list[tuple[str, bytes | None]]]:
         """Every row's headers (what per-record transformations receive)."""
-        if self._headers is None:
-            bounds, pairs = self._header_pairs()
-            self._headers = [pairs[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
-        return self._headers
+        bounds, pairs = self._header_pairs
+        return [pairs[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
 
     def headers_of(self, row: int) -> list[tuple[str, bytes | None]]:
         """One row's headers, without building every row's list: a failed record's DLQ record needs only its own."""
-        if self._headers is not None:
-            return list(self._headers[row])
-        bounds, pairs = self._header_pairs()
+        bounds, pairs = self._header_pairs
         return pairs[bounds[row] : bounds[row + 1]]
 
+    @cached_property
     def _header_pairs(self) -> tuple[list[int], list[tuple[str, bytes | None]]]:
         """The header column's row bounds and its (key, value) pairs, flattened and converted once per batch."""
-        if self._header_pairs_cache is None:
-            column = self.batch.column("headers")
-            flat = column.flatten()
-            pairs = list(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
-            self._header_pairs_cache = (column.offsets.to_pylist(), pairs)
-        return self._header_pairs_cache
+        column = self.batch.column("headers")
+        flat = column.flatten()
+        pairs = list(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
+        return column.offsets.to_pylist(), pairs
 
     def source_record(self, row: int) -> SourceRecord:
         kind = int(self.batch.column("timestamp_type")[row].as_py())
