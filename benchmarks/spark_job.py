@@ -81,18 +81,15 @@ def plain_job(spark: Any, config: dict[str, Any], topic: str, sink: str) -> int:
     It runs inside the read tasks, as the real job does (``processBatches``), so both pay
     the same Spark plumbing.
     """
-    from airflow_kerr.spark import kafka_source
-    from airflow_kerr.spark.kafka_source import plan_offset_ranges, ranges_to_json
+    from airflow_kerr.spark.job import kerr_kafka_reader
+    from airflow_kerr.spark.kafka_source import plan_offset_ranges
 
     ranges = plan_offset_ranges(config, [topic], "earliest")
     frame = (
-        spark.read.format(kafka_source.FORMAT_NAME)
+        kerr_kafka_reader(spark, job_spec(config, topic, sink, "plain", "spark_job_transforms.transform"), ranges)
         .schema("written long")
-        .option("offsetRanges", ranges_to_json(ranges))
-        .option("minPartitions", str(spark.sparkContext.defaultParallelism))
         .option("processBatches", "spark_job_transforms.plain_batches")
         .option("processArgument", json.dumps({"config": config, "sink": sink}))
-        .options(**{f"kafka.{key}": str(value) for key, value in config.items()})
     )
     return sum(row["written"] for row in frame.load().collect())
 
@@ -280,14 +277,16 @@ def summarize(
         plain["seconds"] / aware["seconds"]
         for plain, aware in zip(by_mode["plain"], by_mode["error_aware"], strict=True)
     ]
+    ratio = spread(ratios)
+    target = RATIO_TARGETS.get(bad)
     return {
         "bad_ratio": bad,
         "records": records,
         "seconds": {mode: spread([run["seconds"] for run in rows]) for mode, rows in by_mode.items()},
         "records_per_s": {mode: spread([records / run["seconds"] for run in rows]) for mode, rows in by_mode.items()},
-        "ratio": spread(ratios),
-        "ratio_target": RATIO_TARGETS.get(bad),
-        "ratio_met": RATIO_TARGETS.get(bad) is not None and spread(ratios)["median"] >= RATIO_TARGETS[bad],
+        "ratio": ratio,
+        "ratio_target": target,
+        "ratio_met": target is not None and ratio["median"] >= target,
         "written": {mode: sorted({run["written"] for run in rows}) for mode, rows in by_mode.items()},
         "raw_produce_records_per_s": produce_rate,
         "raw_consume_records_per_s": consume_rate_,

@@ -573,8 +573,13 @@ def kerr_kafka_reader(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRan
         .option("offsetRanges", ranges_to_json(ranges))
         .option("maxRecordsPerPartition", str(spec.source.max_records_per_partition))
         .option("minPartitions", str(spark.sparkContext.defaultParallelism))
-        .options(**{f"kafka.{key}": str(value) for key, value in spec.kafka.items()})
+        .options(**kafka_client_options(spec))
     )
+
+
+def kafka_client_options(spec: PipelineSpec) -> dict[str, str]:
+    """The spec's librdkafka settings as source options (``kafka.<key>``), which both source formats read."""
+    return {f"kafka.{key}": str(value) for key, value in spec.kafka.items()}
 
 
 def process_source(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange], run_id: str) -> list[Any]:
@@ -602,7 +607,6 @@ def load_source(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange]) -
     """
     max_records = spec.source.max_records_per_partition
     min_partitions = spark.sparkContext.defaultParallelism
-    kafka_options = {f"kafka.{key}": str(value) for key, value in spec.kafka.items()}
     if spec.source.format == kafka_source.FORMAT_NAME:
         return kerr_kafka_reader(spark, spec, ranges).load()
     pieces = split_ranges(ranges, max_records, min_partitions)
@@ -618,7 +622,7 @@ def load_source(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange]) -
         .option("endingOffsets", json.dumps(ending))
         .option("includeHeaders", "true")
         .option("minPartitions", str(len(pieces)))
-        .options(**kafka_options)
+        .options(**kafka_client_options(spec))
     )
     try:
         frame = reader.load()
