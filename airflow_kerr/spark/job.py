@@ -40,7 +40,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -291,8 +291,14 @@ class VectorizedStages:
         self.transformations = [
             (stage, vectorized.as_arrow_function(fn, stage.class_name)) for stage, fn in processor.transformations
         ]
-        #: One JSON converter per converter stage (key, value), kept across the task's batches.
-        self.json_converters: dict[Stage, Any] = {}
+        #: The vectorized JSON converter of each converter stage (key, value) that decodes JSON, kept for the task.
+        self.json_converters: dict[Stage, Any] = {
+            converter.stage.type: vectorized.VectorizedJsonConverter(
+                converter.stage, processor.runner, self.batch_runner
+            )
+            for converter in (processor.key_converter, processor.value_converter)
+            if converter.fn is decode_json
+        }
 
     def process(self, batch: Any, columns: BatchColumns) -> int:
         """Run every stage over one Arrow batch of source records; return how many records the sink took."""
@@ -333,7 +339,7 @@ class VectorizedStages:
         work, rows = decoded.work, decoded.rows
         for stage, fn in self.transformations:
             work, rows = self.batch_runner.run(stage, fn, work, rows, columns.source_record)
-        return DecodedBatch(work, rows, decoded.converted_keys, decoded.converted_values, decoded.converted_rows)
+        return replace(decoded, work=work, rows=rows)
 
     def put(self, decoded: DecodedBatch, columns: BatchColumns) -> int:
         """Hand the surviving records to the sink (the TASK_PUT stage, record by record); return how many it took."""
@@ -370,11 +376,7 @@ class VectorizedStages:
         if converter.fn is None:
             return raw, rows
         if converter.fn is decode_json:
-            json_converter = self.json_converters.get(converter.stage.type)
-            if json_converter is None:
-                json_converter = vectorized.VectorizedJsonConverter(converter.stage, runner, self.batch_runner)
-                self.json_converters[converter.stage.type] = json_converter
-            return json_converter.convert(raw, rows, source)
+            return self.json_converters[converter.stage.type].convert(raw, rows, source)
         if converter.fn is decode_string:
             return vectorized.decode_string_column(raw, rows, converter.stage, runner, source)
         converted, kept = runner.run(converter.stage, converter.fn, raw.to_pylist(), rows, source)
