@@ -209,9 +209,13 @@ class VectorizedJsonConverter:
     shift values between records. When the parse fails, every value is checked on its own
     with a fast parser (msgspec, when installed); those it rejects go through
     :class:`BatchRunner` with the per-record converter, whose exception, error context and
-    DLQ record are therefore the per-record path's, and the rest is parsed again. A value
-    only pyarrow rejects (a type that clashes with the batch's other values, NaN) fails
-    with pyarrow's error, found by bisection.
+    DLQ record are therefore the per-record path's, and the rest is parsed again. The
+    pieces of a split batch are held to the first piece's types, so a value only pyarrow
+    rejects (a field whose type clashes with the batch's, a duplicate key, a number beyond
+    a double) fails on its own with pyarrow's error, found by bisection. Two limits of a
+    column: a field some values lack is null in theirs (written as ``null`` when a
+    transformation changed the value), and an integer beyond int64 turns its field into
+    floats.
     """
 
     def __init__(self, stage: PipelineStage, runner: BatchRunner, batch_runner: BatchStageRunner) -> None:
@@ -233,7 +237,7 @@ class VectorizedJsonConverter:
             try:
                 return parse_json_column(raw), rows
             except (pa.ArrowInvalid, pa.ArrowTypeError):
-                self.sieve_first = True
+                pass  # some value is bad: sieve this batch
         values = raw.to_pylist()
         suspects = failing_items(self.check, values)
         self.sieve_first = bool(suspects)
