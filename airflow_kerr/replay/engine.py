@@ -37,7 +37,7 @@ from airflow_kerr.kafka.client_errors import KafkaErrorKind, classify_kafka_erro
 from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, topic_partitions, watermarks
 from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
 from airflow_kerr.replay.pacing import STOP_CHECK_S, Progress, RateLimiter
-from airflow_kerr.replay.policy import Outgoing, ReplayPolicy, decide, outgoing, unchanged_replayer
+from airflow_kerr.replay.policy import Decision, Outgoing, ReplayPolicy, decide, fast_replayer, outgoing
 from airflow_kerr.replay.summary import BatchCounts, ReplayPlan, ReplaySummary, partition_ranges
 from airflow_kerr.replay.transactions import (
     BackgroundWriter,
@@ -757,13 +757,14 @@ class DlqReplay:
         """Decide every record of one polled batch, in order; stop early when ``budget`` selections are used.
 
         The hot loop of a replay: names are bound to locals because attribute look-ups per
-        record are a visible share of its cost. Without a fix or a selection, a record replayed
-        as read takes :func:`unchanged_replayer`'s one pass over its headers; any other record
-        is parsed and decided in full.
+        record are a visible share of its cost. Without a selection, a record with Connect's
+        plain header set takes :func:`fast_replayer`'s one pass over its headers (and a fix
+        gets it with its DLQ record parsed only if read); any other record is parsed and
+        decided in full.
         """
         selection = self.options.selection
         matches = None if selection.everything else selection.matches
-        unchanged = unchanged_replayer(policy) if matches is None and policy.fix is None else None
+        fast = fast_replayer(policy) if matches is None else None
         dlq = self.options.dlq_topic
         counts = BatchCounts()
         count = counts.count
@@ -789,22 +790,28 @@ class DlqReplay:
                 headers, unreadable = message.headers() or [], None
             except Exception as error:  # header names that are not UTF-8: the client cannot decode them
                 headers, unreadable = [], error
-            if unchanged is not None and unreadable is None:
-                replayed = unchanged(headers, message.key(), message.value(), partition, offset)
-                if replayed is not None:
-                    if selected == limit:
-                        break
+            kind, ts = message.timestamp()
+            stamp = ts if kind and ts >= 0 else None
+            key, value = message.key(), message.value()
+            if fast is not None and unreadable is None:
+                if selected == limit:  # every record is selected here: stop before a fix runs on it
+                    break
+                done = fast(headers, key, value, partition, offset, stamp)
+                if done is not None:
                     selected += 1
-                    written(replayed[0])
-                    breakdown[replayed[1]] += 1
+                    if isinstance(done, Decision):  # parked after its fix ran
+                        parked = done.record
+                        assert parked is not None
+                        count(done, parked.dead_letter)
+                        written(outgoing(parked))
+                    else:
+                        if done[0] is not None:
+                            written(done[0])
+                        breakdown[done[1]] += 1
                     scanned += 1
                     next_positions[partition] = offset + 1
                     continue
-            kind, ts = message.timestamp()
-            stamp = ts if kind and ts >= 0 else None
-            letter = parse(
-                headers, message.key(), message.value(), topic=dlq, partition=partition, offset=offset, timestamp=stamp
-            )
+            letter = parse(headers, key, value, topic=dlq, partition=partition, offset=offset, timestamp=stamp)
             if unreadable is not None:
                 problem = f"the record's headers cannot be read ({describe_error(unreadable)}); parked without them"
                 letter = replace(letter, malformed_headers={"headers": problem})

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 
-from airflow_kerr.errors import DeadLetterRecord, Header, Stage, exception_class_name, exception_message
+from airflow_kerr.errors import (
+    DeadLetterRecord,
+    Header,
+    Stage,
+    exception_class_name,
+    exception_message,
+    parse_dead_letter,
+)
 from airflow_kerr.errors.dead_letter import (
     ERROR_HEADER_CONNECTOR_NAME,
     ERROR_HEADER_EXCEPTION,
@@ -79,7 +86,6 @@ class ParkReason(StrEnum):
     UNKNOWN_TARGET = "unknown_target"
 
 
-@dataclass(slots=True)
 class ReplayRecord:
     """What a fix function receives and returns (or ``None`` to drop the record).
 
@@ -89,15 +95,76 @@ class ReplayRecord:
     target's retention would be deleted at once, so a fix that wants event time sets it
     from ``dead_letter.timestamp`` on purpose. ``dead_letter`` is the parsed DLQ record,
     for reading the failure (stage, exception) while repairing.
+
+    A plain class rather than a dataclass so that ``dead_letter`` can be parsed on first
+    read: the replay's fast path hands a fix a record built from one pass over the headers,
+    and most fixes read only ``value``, so parsing every record's ten error headers (about
+    6 µs) would be most of what the replay adds to the fix's own work.
     """
 
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: list[Header]
-    dead_letter: DeadLetterRecord
-    timestamp: int | None = None
+    __slots__ = ("_dead_letter", "_unparsed", "headers", "key", "timestamp", "topic", "value")
 
+    def __init__(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[Header],
+        dead_letter: DeadLetterRecord,
+        timestamp: int | None = None,
+    ) -> None:
+        self.topic = topic
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.timestamp = timestamp
+        self._dead_letter: DeadLetterRecord | None = dead_letter
+        self._unparsed: UnparsedLetter | None = None
+
+    @classmethod
+    def unparsed(
+        cls, topic: str, key: bytes | None, value: bytes | None, headers: list[Header], letter: UnparsedLetter
+    ) -> ReplayRecord:
+        """A record whose ``dead_letter`` is parsed from ``letter`` when it is first read."""
+        record = cls.__new__(cls)
+        record.topic, record.key, record.value, record.headers, record.timestamp = topic, key, value, headers, None
+        record._dead_letter, record._unparsed = None, letter
+        return record
+
+    @property
+    def dead_letter(self) -> DeadLetterRecord:
+        """The DLQ record this one was read from, parsed."""
+        letter = self._dead_letter
+        if letter is None:
+            headers, key, value, topic, partition, offset, timestamp = self._unparsed  # type: ignore[misc]
+            letter = self._dead_letter = parse_dead_letter(
+                headers, key, value, topic=topic, partition=partition, offset=offset, timestamp=timestamp
+            )
+        return letter
+
+    @dead_letter.setter
+    def dead_letter(self, letter: DeadLetterRecord) -> None:
+        self._dead_letter = letter
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.topic, self.key, self.value, self.headers, self.dead_letter, self.timestamp)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not ReplayRecord:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplayRecord(topic={self.topic!r}, key={self.key!r}, value={self.value!r}, headers={self.headers!r}, "
+            f"dead_letter={self.dead_letter!r}, timestamp={self.timestamp!r})"
+        )
+
+
+#: A DLQ record as read, not yet parsed: headers, key, value, DLQ topic, partition, offset and timestamp.
+UnparsedLetter = tuple[Sequence[Header], bytes | None, bytes | None, str, int, int, int | None]
 
 FixFn = Callable[[ReplayRecord], ReplayRecord | None]
 
@@ -289,23 +356,36 @@ def decide(letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: Repl
         return _park(letter, raw_headers, policy, ParkReason.NO_CONTENT, detail, count)
     record: ReplayRecord | None = ReplayRecord(target, letter.key, letter.value, headers, letter)
     if policy.fix is not None:
-        try:
-            record = policy.fix(record)  # type: ignore[arg-type]
-        except Exception as error:
-            detail = f"{exception_class_name(error)}: {exception_message(error)}"
-            return _park(letter, raw_headers, policy, ParkReason.FIX_FAILED, detail, count)
-        if record is None:
-            return Decision(Action.DROP)
-        problem = _unusable(record)
+        record, problem = _apply_fix(record, policy.fix)  # type: ignore[arg-type]
         if problem is not None:
             return _park(letter, raw_headers, policy, ParkReason.FIX_FAILED, problem, count)
-        record.headers = _split_lineage(record.headers)[0]
+        if record is None:
+            return Decision(Action.DROP)
     assert record is not None
     refused = policy.refusal(record.topic)
     if refused is not None:
         return _park(letter, raw_headers, policy, refused[0], refused[1], count)
     record.headers += _lineage(letter, policy, count + 1)
     return Decision(Action.REPLAY, record)
+
+
+def _apply_fix(record: ReplayRecord, fix: FixFn) -> tuple[ReplayRecord | None, str | None]:
+    """The fix's result with any lineage headers it set removed (``None``: drop), or why it parks the record.
+
+    A fix that raises, or returns something the producer cannot write, parks the record with
+    that as the detail: one bad repair must never end the run.
+    """
+    try:
+        fixed = fix(record)
+    except Exception as error:
+        return None, f"{exception_class_name(error)}: {exception_message(error)}"
+    if fixed is None:
+        return None, None
+    problem = _unusable(fixed)
+    if problem is not None:
+        return None, problem
+    fixed.headers = _split_lineage(fixed.headers)[0]
+    return fixed, None
 
 
 def _unusable(record: object) -> str | None:
@@ -368,7 +448,7 @@ def _lineage_headers(policy: ReplayPolicy, count: int, source: bytes) -> list[He
 #: A summary breakdown key: action, topic written to (None for a drop), stage, exception class, park reason.
 BreakdownKey = tuple[Action, str | None, Stage | None, str | None, ParkReason | None]
 
-#: Connect's ten error headers, by the slot :func:`unchanged_replayer` keeps their value in: source topic,
+#: Connect's ten error headers, by the slot :func:`fast_replayer` keeps their value in: source topic,
 #: partition, offset, task id, stage, exception class; the four it has no use for share the last slot.
 _CONNECT_SLOTS: dict[str, int] = {
     ERROR_HEADER_ORIG_TOPIC: 0,
@@ -384,25 +464,28 @@ _CONNECT_SLOTS: dict[str, int] = {
 }
 
 
-#: What :func:`unchanged_replayer` returns: ``(headers, key, value, dlq_partition, dlq_offset)`` to what is
-#: written and its breakdown key, or ``None`` when the record needs :func:`decide`.
-UnchangedReplayer = Callable[
-    [Sequence[Header], bytes | None, bytes | None, int, int], tuple[Outgoing, BreakdownKey] | None
+#: What :func:`fast_replayer` returns for ``(headers, key, value, dlq_partition, dlq_offset, timestamp)``: what is
+#: written (``None`` for a drop) and its breakdown key; a park :class:`Decision` (only after a fix, which ran once
+#: and must not run again); or ``None`` when the record needs :func:`parse_dead_letter` and :func:`decide`.
+FastReplayer = Callable[
+    [Sequence[Header], bytes | None, bytes | None, int, int, int | None],
+    tuple[Outgoing | None, BreakdownKey] | Decision | None,
 ]
 
 
-def unchanged_replayer(policy: ReplayPolicy) -> UnchangedReplayer:
-    """What :func:`decide` writes for a DLQ record replayed as read, found in one pass over its headers.
+def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
+    """What :func:`decide` gives for a DLQ record, found in one pass over its headers, when every record is selected.
 
-    The replay's common case, when no fix is set and every record is selected: Connect's
-    header set with plain values, a source topic known to be valid, a target that may be
-    written. Then nothing of the parsed record is needed but a few fields, so the returned
-    function builds no ``DeadLetterRecord``, ``Decision`` or ``ReplayRecord`` and decodes
-    none of the error headers the replay drops. It answers ``None`` whenever anything needs
+    The replay's common case: Connect's header set with plain values, a source topic known
+    to be valid, a target that may be written. Then nothing of the parsed record is needed
+    but a few fields, so the returned function builds no ``DeadLetterRecord`` and decodes
+    none of the error headers the replay drops. With a fix, the fix gets a
+    :class:`ReplayRecord` whose ``dead_letter`` is parsed only if the fix reads it (or the
+    record is parked). The function answers ``None`` whenever anything needs
     :func:`parse_dead_letter`'s closer look (another header set, a value that is not plain
-    digits or UTF-8, a record to park): the caller then parses and decides, which gives
-    what it would have given anyway. The policy's fields are bound once, in the closure,
-    because the function runs once per record.
+    digits or UTF-8, a record to park before any fix runs): the caller then parses and
+    decides, which gives what it would have given anyway. The policy's fields are bound
+    once, in the closure, because the function runs once per record.
     """
     slot_of = _CONNECT_SLOTS.get
     max_replays = policy.max_replays
@@ -410,10 +493,17 @@ def unchanged_replayer(policy: ReplayPolicy) -> UnchangedReplayer:
     refusal = policy.refusal
     source_prefix = policy.source_prefix
     stage_of = STAGES_BY_HEADER_BYTES.get
+    fix = policy.fix
+    dlq = policy.dlq_topic
 
-    def replay_unchanged(
-        headers: Sequence[Header], key: bytes | None, value: bytes | None, partition: int, offset: int
-    ) -> tuple[Outgoing, BreakdownKey] | None:
+    def replay_fast(
+        headers: Sequence[Header],
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        offset: int,
+        timestamp: int | None,
+    ) -> tuple[Outgoing | None, BreakdownKey] | Decision | None:
         slots: list[bytes | None] = [None] * 7
         kept: list[Header] = []
         count = 0
@@ -461,10 +551,24 @@ def unchanged_replayer(policy: ReplayPolicy) -> UnchangedReplayer:
             return None
         stage = None if stage_raw is None else stage_of(stage_raw)
         exception = None if exception_raw is None else exception_raw.decode("utf-8", errors="replace")
-        kept += _lineage_headers(policy, count + 1, source_prefix + b"%d/%d" % (partition, offset))
-        return (target, value, key, kept, None), (Action.REPLAY, target, stage, exception, None)
+        read_at = source_prefix + b"%d/%d" % (partition, offset)
+        if fix is None:
+            kept += _lineage_headers(policy, count + 1, read_at)
+            return (target, value, key, kept, None), (Action.REPLAY, target, stage, exception, None)
+        unparsed = (headers, key, value, dlq, partition, offset, timestamp)
+        record = ReplayRecord.unparsed(target, key, value, kept, unparsed)
+        fixed, problem = _apply_fix(record, fix)
+        if problem is not None:
+            return _park(record.dead_letter, headers, policy, ParkReason.FIX_FAILED, problem, count)
+        if fixed is None:
+            return None, (Action.DROP, None, stage, exception, None)
+        refused = refusal(fixed.topic)
+        if refused is not None:
+            return _park(record.dead_letter, headers, policy, refused[0], refused[1], count)
+        fixed.headers += _lineage_headers(policy, count + 1, read_at)
+        return outgoing(fixed), (Action.REPLAY, fixed.topic, stage, exception, None)
 
-    return replay_unchanged
+    return replay_fast
 
 
 def _park(
