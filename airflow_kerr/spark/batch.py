@@ -48,7 +48,13 @@ from airflow_kerr.spark.stages import (
     map_past_failures,
 )
 
-__all__ = ["BatchStageRunner", "VectorizedJsonConverter", "batch_kind", "batch_transformation"]
+__all__ = [
+    "BatchStageRunner",
+    "InexactJsonNumber",
+    "VectorizedJsonConverter",
+    "batch_kind",
+    "batch_transformation",
+]
 
 VALUE_FIELD_PREFIX: Final = "value."
 # The JSON reader's unit of work: a batch is parsed as one block (a value never spans two blocks).
@@ -212,10 +218,16 @@ class VectorizedJsonConverter:
     DLQ record are therefore the per-record path's, and the rest is parsed again. The
     pieces of a split batch are held to the first piece's types, so a value only pyarrow
     rejects (a field whose type clashes with the batch's, a duplicate key, a number beyond
-    a double) fails on its own with pyarrow's error, found by bisection. Two limits of a
-    column: a field some values lack is null in theirs (written as ``null`` when a
-    transformation changed the value), and an integer beyond int64 turns its field into
-    floats.
+    a double) fails on its own with pyarrow's error, found by bisection.
+
+    A column has one type, so a field that holds both integers and fractions is a double
+    (``1`` reads as ``1.0``, equal in value), and so is a field with an integer beyond
+    int64. A double holds an integer exactly only up to 2**53: a value with such an
+    integer (one of 16 digits or more) in a double field would change silently, so it is
+    checked against ``json.loads`` and, when its column cannot hold it exactly, fails on
+    its own with :class:`InexactJsonNumber` (stage ``VALUE_CONVERTER``, the DLQ as for any
+    bad value). A field some values lack is null in theirs (written as ``null`` when a
+    transformation changed the value).
     """
 
     def __init__(self, stage: PipelineStage, runner: BatchRunner, batch_runner: BatchStageRunner) -> None:
@@ -235,9 +247,11 @@ class VectorizedJsonConverter:
         """
         if not self.sieve_first:
             try:
-                return parse_json_column(raw), rows
+                column = parse_json_column(raw)
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 pass  # some value is bad: sieve this batch
+            else:
+                return self.exact_only(column, raw, rows, source_record)
         values = raw.to_pylist()
         suspects = failing_items(self.check, values)
         self.sieve_first = bool(suspects)
@@ -254,8 +268,92 @@ class VectorizedJsonConverter:
             raw = raw.take(pa.array(keep, pa.int64()))
             rows = [rows[i] for i in keep]
         batch = pa.RecordBatch.from_arrays([raw], ["raw"])
+        position = {row: i for i, row in enumerate(rows)}
         decoded, rows = self.batch_runner.run(self.stage, SchemaLockedParse(), batch, rows, source_record)
-        return decoded.column("value"), rows
+        if len(rows) != len(position):
+            raw = raw.take(pa.array([position[row] for row in rows], pa.int64()))
+        return self.exact_only(decoded.column("value"), raw, rows, source_record)
+
+    def exact_only(
+        self, column: pa.Array, raw: pa.Array, rows: list[int], source_record: Callable[[int], SourceRecord]
+    ) -> tuple[pa.Array, list[int]]:
+        """``column`` without the values it does not hold exactly; those fail with :class:`InexactJsonNumber`.
+
+        Only a double field can lose an integer, and only one of 16 digits or more, so other
+        batches cost one look at their type, and the rest one regex pass over their bytes.
+        """
+        if not _holds_floats(column.type):
+            return column, rows
+        suspects = pc.indices_nonzero(pc.fill_null(pc.match_substring_regex(raw, _LONG_INTEGER), False))
+        problems: dict[int, str] = {}
+        for index in suspects.to_pylist():
+            try:
+                problem = _inexact(json.loads(raw[index].as_py()), column[index].as_py(), "value")
+            except ValueError as error:  # pyarrow took a text json.loads refuses: not what the per-record path reads
+                problem = f"json.loads refuses the value pyarrow read: {error}"
+            if problem is not None:
+                problems[index] = problem
+        if not problems:
+            return column, rows
+        self.runner.run(
+            self.stage, _refuse_inexact, list(problems.values()), [rows[i] for i in problems], source_record
+        )
+        keep = [i for i in range(len(rows)) if i not in problems]
+        return column.take(pa.array(keep, pa.int64())), [rows[i] for i in keep]
+
+
+class InexactJsonNumber(ValueError):
+    """A JSON value holds a number its batch's Arrow column cannot hold exactly (an integer in a double field).
+
+    The per-record path keeps such a number exactly (``json.loads``); a batch's column has
+    one type, so the record fails rather than reach a transformation or the sink changed.
+    """
+
+
+def _refuse_inexact(problem: str) -> None:
+    raise InexactJsonNumber(problem)
+
+
+#: An integer a double may not hold exactly: 2**53 has 16 digits. A longer run of digits in a string matches too,
+#: and is then found exact by :func:`_inexact`.
+_LONG_INTEGER: Final = "[0-9]{16}"
+
+
+def _holds_floats(kind: pa.DataType) -> bool:
+    """Whether a column of this type has a floating-point field anywhere (in structs and lists too)."""
+    if pa.types.is_floating(kind):
+        return True
+    if pa.types.is_struct(kind):
+        return any(_holds_floats(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _holds_floats(kind.value_type)
+    return False
+
+
+def _inexact(original: Any, decoded: Any, where: str) -> str | None:
+    """Where ``decoded`` (the column's value) differs from ``original`` (``json.loads``'s), or None when it does not.
+
+    ``1 == 1.0`` in Python, so an integer read as a double of the same value is exact; a
+    field the record lacks is null in the column, which is not a difference.
+    """
+    if isinstance(original, dict) and isinstance(decoded, dict):
+        for name, value in original.items():
+            problem = _inexact(value, decoded.get(name), f"{where}.{name}")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(original, list) and isinstance(decoded, list) and len(original) == len(decoded):
+        for index, (value, read) in enumerate(zip(original, decoded, strict=True)):
+            problem = _inexact(value, read, f"{where}[{index}]")
+            if problem is not None:
+                return problem
+        return None
+    if type(original) is int and not (type(decoded) in (int, float) and original == decoded):
+        return (
+            f"{where} is the integer {original}, which the batch's column (a double field) reads as {decoded!r}; "
+            f"a double holds integers exactly up to 2**53 only. Decode it with the per-record json converter"
+        )
+    return None
 
 
 class SchemaLockedParse:

@@ -520,23 +520,53 @@ def test_nan_and_infinity_decode_as_json_loads_decodes_them() -> None:
     assert math.isnan(decoded[0]["amount"]) and decoded[1:] == [json.loads(raw[1]), json.loads(raw[2])]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG/limitation (airflow_kerr/spark/batch.py, parse_json_column): an integer outside int64 makes pyarrow "
-        "infer a double for the whole field, silently: the record's value loses precision and every other "
-        "record's integer becomes a float (1 -> 1.0), which a batch transformation then sees and the sink writes "
-        "when the value was changed. json.loads (the per-record path) keeps the exact integers."
-    ),
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        # Beyond int64: pyarrow reads the whole field as doubles.
+        ([b'{"id": "a", "n": 1}', b'{"id": "b", "n": 123456789012345678901234567890}'], "value.n"),
+        # Within int64 but beyond 2**53, in a field that is a double because another record holds a fraction.
+        ([b'{"id": "a", "n": 1.5}', b'{"id": "b", "n": 9007199254740993}'], "value.n"),
+        # Nested in a list in a struct.
+        ([b'{"id": "a", "o": {"xs": [0.5]}}', b'{"id": "b", "o": {"xs": [1, 18014398509481985]}}'], "value.o.xs[1]"),
+    ],
 )
-def test_an_integer_beyond_int64_keeps_its_exact_value() -> None:
-    raw = [b'{"id": "a", "n": 1}', b'{"id": "b", "n": 123456789012345678901234567890}']
+def test_an_integer_its_column_cannot_hold_exactly_fails_on_its_own(raw: list[bytes], field: str) -> None:
+    vectorized, per_record, column, kept, expected, _ = convert_both_ways(raw)
+
+    assert per_record.dead == [] and expected[1] == json.loads(raw[1])  # json.loads keeps it exactly
+    assert kept == [0] and column.to_pylist()[0]["id"] == "a"
+    (record,) = vectorized.dead
+    assert offset_of_dead_letter(record) == offset_of(1)
+    assert header(record, "__connect.errors.exception.class.name") == "airflow_kerr.spark.batch.InexactJsonNumber"
+    assert header(record, "__connect.errors.stage") == "VALUE_CONVERTER"
+    assert header(record, "__connect.errors.exception.message").startswith(f"{field} is the integer ")
+
+
+def test_an_inexact_integer_beside_a_malformed_value_fails_on_its_own_too() -> None:
+    """The batch is sieved first (a malformed value), and the parse of what is left is checked as well."""
+    raw = [b'{"id": "a", "n": 0.5}', b'{"id": "b", "n": ', b'{"id": "c", "n": 123456789012345678901}', b'{"id": "d"}']
+
+    vectorized, _, column, kept, _, _ = convert_both_ways(raw)
+
+    assert kept == [0, 3] and [value["id"] for value in column.to_pylist()] == ["a", "d"]
+    assert vectorized.dead_offsets() == [offset_of(1), offset_of(2)]
+    exceptions = [header(record, "__connect.errors.exception.class.name") for record in vectorized.dead]
+    assert exceptions == ["json.decoder.JSONDecodeError", "airflow_kerr.spark.batch.InexactJsonNumber"]
+
+
+def test_long_digit_runs_that_the_column_holds_exactly_are_kept() -> None:
+    """A 16-digit run in a string, and a long integer in an int64 field, lose nothing: no record fails."""
+    raw = [
+        b'{"id": "1234567890123456789012", "n": 9007199254740993, "x": 0.5}',
+        b'{"id": "b", "n": 2, "x": 1}',
+    ]
 
     vectorized, _, column, kept, expected, _ = convert_both_ways(raw)
 
-    exact = kept == [0, 1] and column.to_pylist() == expected
-    reported = kept == [0] and vectorized.dead_offsets() == [offset_of(1)]
-    assert exact or reported, f"decoded {column.to_pylist()} for {expected}"
+    assert vectorized.dead == [] and kept == [0, 1]
+    assert column.to_pylist() == expected  # 1 == 1.0: the same value in a double field
+    assert column.to_pylist()[0]["n"] == 9007199254740993
 
 
 def test_a_batch_of_only_malformed_values_sends_each_to_the_dlq() -> None:
