@@ -84,6 +84,8 @@ TARGETS = (
 PROFILE_TOP = 15
 #: Others' CPU below which a round starts (cores), and the longest wait for it.
 QUIET_CORES = 0.3
+#: The longest a raw loop may take to copy the DLQ (a broker that lost records would otherwise keep it waiting).
+RAW_LOOP_TIMEOUT_S = 600.0
 
 
 def write_dlq(config: dict[str, Any], source: str, dlq: str, count: int) -> None:
@@ -147,7 +149,9 @@ def raw_copy(config: dict[str, Any], dlq: str, target: str, count: int, group: s
     producer = Producer({**config, "linger.ms": 5})
     consumer.assign([TopicPartition(dlq, 0, 0), TopicPartition(dlq, 1, 0)])
     copied = 0
+    deadline = time.monotonic() + RAW_LOOP_TIMEOUT_S
     while copied < count:
+        check_deadline(deadline, "raw", copied, count)
         for message in consumer.consume(500, 1.0):
             if message.error() is not None:
                 continue
@@ -163,6 +167,12 @@ def raw_copy(config: dict[str, Any], dlq: str, target: str, count: int, group: s
     consumer.commit(asynchronous=False)
     consumer.close()
     return copied
+
+
+def check_deadline(deadline: float, mode: str, copied: int, count: int) -> None:
+    """Fail a raw loop that has not read every record in time, rather than wait for it forever."""
+    if time.monotonic() > deadline:
+        raise TimeoutError(f"{mode} copied {copied} of {count} records in {RAW_LOOP_TIMEOUT_S:.0f} s")
 
 
 def value_fix(fix: str | None) -> Callable[[bytes | None], bytes | None] | None:
@@ -202,7 +212,9 @@ def raw_transactional_copy(
     consumer.assign([TopicPartition(dlq, 0, 0), TopicPartition(dlq, 1, 0)])
     positions: dict[int, int] = {}
     copied = 0
+    deadline = time.monotonic() + RAW_LOOP_TIMEOUT_S
     while copied < count:
+        check_deadline(deadline, "raw+txn", copied, count)
         messages = [m for m in consumer.consume(min(batch, count - copied), 1.0) if m.error() is None]
         if not messages:
             continue
