@@ -32,9 +32,10 @@ one ``replay`` and one ``replay+fix`` run under cProfile (the reading thread and
 thread both) say where the replay's time goes, in microseconds per record of the functions
 that take most (profiling inflates every call, so these add up to more than the timed runs).
 The broker is Tansu by default (``--broker``): noida-db 0.2.3, the embedded default, answers
-a Fetch with every record up to the partition's end, and a 200,000-record DLQ partition's
-answer (about 160 MB) is above librdkafka's ``receive.message.max.bytes``, so no consumer
-can read it there (see ``dlq_summary.py``). Writes ``benchmarks/results/replay.json`` and ``replay.png``.
+a Fetch with every record up to each partition's end, and for this 200,000-record DLQ (two
+partitions, one broker, one answer) that is about 160 MB, above librdkafka's
+``receive.message.max.bytes``: the consumer asks again forever (see ``dlq_summary.py``).
+Writes ``benchmarks/results/replay.json`` and ``replay.png``.
 """
 
 from __future__ import annotations
