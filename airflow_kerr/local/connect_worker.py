@@ -13,6 +13,7 @@ process dies. ``detach=True`` (``kerr local up``) lets it outlive the caller.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -34,13 +35,28 @@ from airflow_kerr.local.connect_runtime import ConnectRuntimeUnavailable, ensure
 #: 12,000 times a second (``benchmarks/idle_fetch.py``: 11.8k fetches/s from one idle consumer); at this niceness
 #: that polling only takes CPU that Spark, Airflow and the tests do not want.
 WORKER_NICENESS = 10
+#: Linux's scheduler autogroup of the calling process: its niceness weighs the whole group against the others.
+AUTOGROUP = Path("/proc/self/autogroup")
 
 
 def _yielding_the_cpu(then: Callable[[], None] | None) -> Callable[[], None]:
-    """A ``preexec_fn`` that lowers the child's priority by :data:`WORKER_NICENESS`, then runs ``then``."""
+    """A ``preexec_fn`` that lowers the child's priority by :data:`WORKER_NICENESS`, then runs ``then``.
+
+    With Linux's autogroup scheduling on (the default of most distributions), a niceness
+    counts only among the processes of one session: the CPU is first shared out between
+    sessions. ``airflow standalone`` runs in a session of its own, so a worker niced in the
+    caller's session still took half the machine from it (seen: the worker at 70-190 % CPU
+    while the api-server, scheduler and triggerer got 25 % each, and DAG imports timed out).
+    The worker therefore gets a session of its own, niced as a group.
+    """
 
     def lower_priority() -> None:
         os.nice(WORKER_NICENESS)
+        if os.getsid(0) != os.getpid():
+            os.setsid()
+        # No autogroup scheduling (another OS, or a kernel without it): the niceness above is all there is.
+        with contextlib.suppress(OSError):
+            AUTOGROUP.write_text(str(WORKER_NICENESS))
         if then is not None:
             then()
 
