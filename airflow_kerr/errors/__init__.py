@@ -38,6 +38,7 @@ from airflow_kerr.errors.exceptions import (
     format_stacktrace,
     is_retriable,
 )
+from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.errors.metrics import CONNECT_METRIC_NAMES, ErrorMetrics
 from airflow_kerr.errors.record import Header, SourceRecord, TimestampType
 from airflow_kerr.errors.reporters import DeadLetterQueueReporter, ErrorReporter, LogReporter, SendFn
@@ -98,6 +99,8 @@ __all__ = [
     "is_retriable",
     "is_sensitive_key",
     "mask_credentials",
+    "mask_secrets",
+    "mask_text",
     "parse_dead_letter",
     "streams_context_headers",
     "wall_clock_ms",

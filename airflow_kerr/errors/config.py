@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+# The masking rule lives in errors.masking; MASK and is_sensitive_key are re-exported for their users here.
+from airflow_kerr.errors.masking import MASK as MASK
+from airflow_kerr.errors.masking import is_sensitive_key as is_sensitive_key
+from airflow_kerr.errors.masking import mask_secrets
+
 SPARK_CONF_PREFIX = "spark.kerr."
 
 ERRORS_RETRY_TIMEOUT = "errors.retry.timeout"
@@ -49,8 +54,6 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 # rejected before int() parses it (int() refuses strings past 4,300 digits with a ValueError).
 _LONG_DIGITS = len(str(LONG_MAX))
 _SHOW_MAX = 1000
-
-MASK = "[hidden]"
 
 
 class ToleranceType(StrEnum):
@@ -492,65 +495,13 @@ class ErrorHandlingConfig:
         return problems
 
 
-# How a configuration key says its value is a credential. Checked against librdkafka's own list of
-# sensitive properties and the Java clients' PASSWORD-typed ones (tests/unit/errors/data/).
-#: Anywhere in the key, even inside a word (``clientSecret``, ``keystorepassword``); the contract
-#: (SPEC-errors §4) names password, secret, token and sasl.jaas.
-_SECRET_FRAGMENTS = ("password", "passwd", "passphrase", "secret", "token", "jaas")
-#: Whole words: PEM text (private keys, and certificates alike: the value is not read), user names.
-_SECRET_WORDS = frozenset({"pem", "username", "userinfo", "credential", "apikey"})
-#: ``key`` qualified by anything is key material (``ssl.key.pem``, ``ssl_key``, ``private.key.file``,
-#: ``api.key``); first, or before one of these, it is the record key (``key.converter``, ``kafka.key.serializer``).
-_RECORD_KEY_ROLES = frozenset({"serializer", "deserializer", "converter", "format", "schema", "subject"})
-#: A key or trust store's content is secret; where it lives and its type are not.
-_STORES = frozenset({"keystore", "truststore"})
-_STORE_PUBLIC = frozenset({"location", "type", "algorithm"})
-_WORD = re.compile(r"[a-z0-9]+")
-
-
-def is_sensitive_key(key: str) -> bool:
-    """True for a configuration key whose value may hold a credential, so it is never printed.
-
-    The rule covers librdkafka's sensitive properties (passwords, private keys and their
-    PEMs, ``sasl.username``/``sasl.password``, OAuth client secrets and assertion keys,
-    ``sasl.oauthbearer.config``) and the Java clients' (``sasl.jaas.config``, key and trust
-    store passwords and contents), also under a prefix such as ``kafka.`` or
-    ``producer.override.``. A key is sensitive when a word names a secret (password,
-    passphrase, secret, token, JAAS, PEM, username, credential, API key, user info), when
-    ``key`` follows a qualifier (key material, not the record key), when it is a SASL
-    mechanism's ``config`` string, or when it holds a key or trust store's content. It errs
-    towards hiding: a certificate's PEM and a token endpoint's URL are hidden too.
-    """
-    lowered = str(key).lower()
-    if any(fragment in lowered for fragment in _SECRET_FRAGMENTS):
-        return True
-    words = _WORD.findall(lowered)
-    if not words:
-        return False
-    if not _SECRET_WORDS.isdisjoint(words):
-        return True
-    if words[-1] == "config" and "sasl" in words:
-        return True
-    if not _STORES.isdisjoint(words) and words[-1] not in _STORE_PUBLIC:
-        return True
-    pairs = list(zip(words, [*words[1:], ""], strict=True))
-    if ("user", "info") in pairs:
-        return True
-    return any(word == "key" and following not in _RECORD_KEY_ROLES for word, following in pairs[1:])
-
-
 def mask_credentials(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``config`` with credential values replaced by ``[hidden]``.
 
-    Nested mappings are masked too, also inside lists (a list of client configs), so a
-    credential is hidden however deep the configuration holds it.
+    The one rule of :mod:`airflow_kerr.errors.masking`: nested mappings are masked too, also
+    inside lists (a list of client configs), and credentials inside string values (a URL's
+    password, a PEM, ``password="…"`` in a JAAS line) are hidden, so a credential is hidden
+    however deep the configuration holds it.
     """
-    return {key: MASK if is_sensitive_key(str(key)) else _mask_nested(value) for key, value in config.items()}
-
-
-def _mask_nested(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return mask_credentials(value)
-    if isinstance(value, list | tuple):
-        return [_mask_nested(item) for item in value]
-    return value
+    masked: dict[str, Any] = mask_secrets(config)
+    return masked

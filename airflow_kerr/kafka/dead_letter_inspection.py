@@ -60,6 +60,7 @@ from airflow_kerr.errors.dead_letter import (
     parse_dead_letter,
     shown,
 )
+from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.errors.stage import Stage
 from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, watermarks
 
@@ -884,67 +885,6 @@ def unread_for_group(
 
 
 # --------------------------------------------------------------------------------------------- display
-
-
-#: A key and its separator: ``key=``, ``"key": ``, ``'key': ``, ``\\"key\\": `` (JSON quoted inside a string).
-#: Only at a word start, and possessive, so a long identifier-like run costs one pass.
-_KEY = re.compile(r"""(?<![A-Za-z0-9_.\-])(?P<open>\\?["']?)(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*+)(?P=open)\s*[=:]\s*""")
-#: The value after a sensitive key: the mask already, a quoted string (escaped quotes too), or a bare word.
-_VALUE = re.compile(
-    rf"""{re.escape(MASK)}|\\"(?:[^"\\]|\\[^"])*\\"|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s,;&}}\])"']+"""
-)
-
-
-def mask_text(text: str) -> str:
-    """``text`` with the value of every ``key=value`` or ``"key": "value"`` pair whose key is sensitive
-    (:func:`airflow_kerr.errors.config.is_sensitive_key`) replaced by ``[hidden]``.
-
-    For free text a failed record carries: an exception message quoting its configuration
-    (``ssl.key.password=abc``), a stack trace printing a dict, JSON inside a string. A pair
-    inside another pair's value (``config: sasl.password=x``) is found too: only a sensitive
-    key's value is consumed.
-    """
-    if "=" not in text and ":" not in text:
-        return text
-    parts: list[str] = []
-    done = 0
-    search = _KEY.search
-    position = 0
-    while (found := search(text, position)) is not None:
-        position = found.end()
-        if not is_sensitive_key(found["key"]):
-            continue
-        value = _VALUE.match(text, position)
-        if value is None:
-            continue
-        shown_value = value[0]
-        if shown_value == MASK:
-            masked = MASK
-        elif shown_value.startswith('\\"'):
-            masked = f'\\"{MASK}\\"'
-        elif shown_value[0] in "\"'":
-            masked = f"{shown_value[0]}{MASK}{shown_value[0]}"
-        else:
-            masked = MASK
-        parts.append(text[done:position])
-        parts.append(masked)
-        done = position = value.end()
-    if not parts:
-        return text
-    parts.append(text[done:])
-    return "".join(parts)
-
-
-def mask_secrets(value: Any) -> Any:
-    """A JSON-like value with every sensitive object key's value hidden, at any depth, and every
-    string masked by :func:`mask_text`; the one masking rule of the view."""
-    if isinstance(value, Mapping):
-        return {key: MASK if is_sensitive_key(str(key)) else mask_secrets(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [mask_secrets(item) for item in value]
-    if isinstance(value, str):
-        return mask_text(value)
-    return value
 
 
 def _cut(text: str | None) -> str | None:
