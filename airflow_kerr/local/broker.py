@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -37,6 +38,14 @@ BROKER_KINDS = ("noida", "tansu")
 #: Chosen by measurement (benchmarks/brokers.py): transactions as Apache Kafka has them, fast group joins.
 DEFAULT_BROKER = "noida"
 _PR_SET_PDEATHSIG = 1
+#: ``0`` starts noida-db bare, without the fetch shim in front (``benchmarks/idle_stack.py`` compares the two).
+FETCH_SHIM_ENV = "KERR_FETCH_SHIM"
+#: librdkafka settings for clients of the embedded broker (the local stack's ``kafka_default``).
+#: noida-db answers a Fetch with every record up to each partition's end, ignoring ``fetch.max.bytes``;
+#: above ``receive.message.max.bytes`` (default 100 MB) librdkafka refuses that answer and asks again
+#: forever, so a large DLQ could not be read. Raised to librdkafka's maximum for local connections only:
+#: one answer then carries the whole backlog (``benchmarks/dlq_summary.py``: 1,000,000 dead letters).
+LOCAL_CLIENT_CONFIG: dict[str, Any] = {"receive.message.max.bytes": 2147483647}
 #: The longest one metadata request of :func:`wait_for_metadata` may block while it also watches the broker process.
 _METADATA_ATTEMPT_S = 1.0
 
@@ -247,6 +256,10 @@ def wait_for_metadata(bootstrap_servers: str, timeout_s: float, process: subproc
 class LocalBroker:
     """An embedded broker (noida-db or Tansu, see :func:`broker_kind`) on a free loopback port.
 
+    noida-db is reached through :mod:`airflow_kerr.local.fetch_shim` (on ``port``; noida-db
+    itself listens on ``upstream_port``), which makes idle consumers' empty fetches wait as
+    a real broker does; ``KERR_FETCH_SHIM=0`` starts it bare.
+
     noida-db gets a fresh data directory (``data_dir``, or a temporary one removed
     on stop), so every start begins empty.
 
@@ -268,6 +281,9 @@ class LocalBroker:
         self.data_dir = data_dir
         self._owns_data_dir = data_dir is None
         self.port = port or free_port()
+        #: Shim in front of noida-db (see :mod:`airflow_kerr.local.fetch_shim`): clients use ``port``, noida this one.
+        self.shimmed = self.kind == "noida" and os.environ.get(FETCH_SHIM_ENV, "1").strip() != "0"
+        self.upstream_port = free_port() if self.shimmed else self.port
         self.log_path = log_path
         self.detach = detach
         self.start_timeout_s = start_timeout_s
@@ -284,7 +300,12 @@ class LocalBroker:
     @property
     def process_marker(self) -> str:
         """Text in the broker's command line that tells it from another process that reuses its pid."""
-        return f"--kafka-port {self.port}" if self.kind == "noida" else self.bootstrap_servers
+        return f"--kafka-port {self.upstream_port}" if self.kind == "noida" else self.bootstrap_servers
+
+    @property
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka settings a client of this broker needs beyond ``bootstrap.servers`` (see LOCAL_CLIENT_CONFIG)."""
+        return dict(LOCAL_CLIENT_CONFIG) if self.kind == "noida" else {}
 
     def start(self) -> LocalBroker:
         """Start the broker and return once it answers a metadata request."""
@@ -295,7 +316,11 @@ class LocalBroker:
         else:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             self.data_dir.mkdir(parents=True)
-        command = broker_command(self.kind, binary, self.port, self.data_dir)
+        command = broker_command(self.kind, binary, self.upstream_port, self.data_dir)
+        if self.shimmed:
+            # The shim runs noida-db as its child, so this one process stands for the broker.
+            command = [sys.executable, "-m", "airflow_kerr.local.fetch_shim", "--port", str(self.port),
+                       "--upstream-port", str(self.upstream_port), "--", *command]  # fmt: skip
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
             self.process = subprocess.Popen(

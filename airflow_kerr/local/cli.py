@@ -23,6 +23,7 @@ from airflow_kerr.local.broker import (
     BROKER_ENV,
     BROKER_KINDS,
     DEFAULT_BROKER,
+    LOCAL_CLIENT_CONFIG,
     BrokerUnavailable,
     LocalBroker,
     connection_variables,
@@ -122,6 +123,8 @@ def up(args: argparse.Namespace) -> int:
         state["broker"]["bootstrap_servers"],
         connect.hostname or "127.0.0.1",
         connect.port or 8083,
+        # The embedded broker's clients need a larger receive limit to read a large DLQ (LOCAL_CLIENT_CONFIG).
+        kafka_extra=LOCAL_CLIENT_CONFIG if state["broker"].get("kind", DEFAULT_BROKER) == "noida" else None,
         spark_master=spark_master,
     )
     print("\nconnections for Airflow:")

@@ -508,7 +508,11 @@ def start_local_ui(
             add_sink_connector(ui.connect)
         password_file = airflow_home / "simple_auth_manager_passwords.json"
         write_password_file(password_file, ui.username, ui.password)
-        connections = connection_records(connection_variables(ui.bootstrap_servers, ui.connect.host, ui.connect.port))
+        # The embedded broker's clients need a larger receive limit (LOCAL_CLIENT_CONFIG) to read a large DLQ.
+        extra = ui.broker.client_config if ui.broker is not None else None
+        connections = connection_records(
+            connection_variables(ui.bootstrap_servers, ui.connect.host, ui.connect.port, kafka_extra=extra)
+        )
         env = airflow_environment(
             airflow_home,
             host=host,
