@@ -43,8 +43,8 @@ os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_AIRFLOW_HOME /
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "INFO"
 os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = '{"conn_type": "spark", "host": "local[2]"}'
-# Example DAGs with kafka:// assets read kafka_default's bootstrap server when parsed; a test that
-# talks to Kafka sets the connection to its broker (the kafka_connection fixtures).
+# A placeholder kafka_default for code that runs a task without a broker (DAG files read no connection
+# when parsed); a test that talks to Kafka sets the connection to its broker (the kafka_connection fixtures).
 os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = '{"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:9092"}}'
 # Spark's Python workers must run this interpreter, or they cannot import pyarrow or confluent_kafka.
 os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from airflow.sdk import Asset, AssetWatcher
 
-from airflow_kerr.assets.kafka import bootstrap_server, kafka_uri
+from airflow_kerr.assets.kafka import cluster_of, kafka_uri
 from airflow_kerr.kafka.tolerance import seconds
 from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
 from airflow_kerr.triggers.tolerance_events import FIRE_ON, ToleranceEventTrigger
@@ -35,7 +35,8 @@ def dead_letter_queue_asset(
     """A DLQ topic whose growth is an asset event, watched by :class:`DeadLetterQueueEventTrigger`.
 
     The asset is the topic's (same URI as :func:`topic_asset`), so the job that writes the
-    DLQ and the DAGs waiting on it meet on one asset.
+    DLQ and the DAGs waiting on it meet on one asset. Nothing is read from the connection
+    here: the trigger reads it on the triggerer, when it runs.
     """
     trigger = DeadLetterQueueEventTrigger(
         topic=topic,
@@ -48,7 +49,7 @@ def dead_letter_queue_asset(
     )
     return Asset(
         name=f"kafka.{topic}",
-        uri=kafka_uri(server or bootstrap_server(kafka_config_id), topic),
+        uri=kafka_uri(cluster_of(kafka_config_id, server), topic),
         watchers=[AssetWatcher(name=f"kerr.dlq_growth.{topic}", trigger=trigger)],
     )
 
@@ -107,6 +108,6 @@ def tolerance_asset(
     subject = pipeline if source == "metrics" else dlq_topic
     return Asset(
         name=f"kerr.tolerance_{event}.{subject}",
-        uri=kafka_uri(server or bootstrap_server(kafka_config_id), topic, {"event": event, **watched}),
+        uri=kafka_uri(cluster_of(kafka_config_id, server), topic, {"event": event, **watched}),
         watchers=[AssetWatcher(name=f"kerr.tolerance_{event}.{subject}", trigger=trigger)],
     )

@@ -16,7 +16,7 @@ from airflow.sdk import AssetAlias
 from airflow.sdk.exceptions import AirflowFailException
 
 import airflow_kerr
-from airflow_kerr.assets.kafka import server_of, topic_asset
+from airflow_kerr.assets.kafka import cluster_of, topic_asset
 from airflow_kerr.errors.config import show_value
 from airflow_kerr.errors.metrics import DLQ_PRODUCE_REQUESTS
 from airflow_kerr.hooks.kafka import KafkaClusterHook
@@ -77,7 +77,8 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
     successful run adds asset events through it, each with ``extra`` holding ``pipeline``,
     ``run_id``, ``role`` (``sink`` or ``dead_letter_queue``), ``topic`` and every metric of
     the run's summary (``"metrics": None`` instead when the summary was not found): one for
-    a Kafka sink topic (:func:`~airflow_kerr.assets.kafka.topic_asset`) on every successful
+    a Kafka sink topic (:func:`~airflow_kerr.assets.kafka.topic_asset` of ``kafka_config_id``,
+    or of ``asset_server`` when given, as the watched assets name it) on every successful
     run, and one for the DLQ topic only when the run wrote dead letters
     (``deadletterqueue-produce-requests`` > 0). The DLQ asset is the one
     :func:`~airflow_kerr.assets.watched.dead_letter_queue_asset` watches, and a DAG scheduled
@@ -99,6 +100,7 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         conn_id: str = "spark_default",
         name: str | None = None,
         emit_assets: bool = False,
+        asset_server: str | None = None,
         **kwargs: Any,
     ) -> None:
         pipeline_name = pipeline.get("name") if isinstance(pipeline, Mapping) else None
@@ -114,9 +116,11 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         self.kafka_config_id = kafka_config_id
         self.ship_package = ship_package
         self.emit_assets = emit_assets
+        self.asset_server = asset_server
         #: The outlet alias the run's asset events go through; None unless ``emit_assets``.
         self.outputs_alias: AssetAlias | None = None
         if emit_assets:
+            cluster_of(kafka_config_id, asset_server)  # a bad server fails the parse, not the run
             self.outputs_alias = AssetAlias(name=f"kerr.{plain_name or self.task_id}.outputs")
             self.outlets = [*self.outlets, self.outputs_alias]
         if self._deploy_mode == "cluster":
@@ -185,14 +189,13 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         else:
             self.log.info("run metrics: %s", summary)
         if self.outputs_alias is not None:
-            self.add_asset_events(context["outlet_events"], spec, kafka_config, run_id, summary)
+            self.add_asset_events(context["outlet_events"], spec, run_id, summary)
         return summary
 
     def add_asset_events(
         self,
         outlet_events: Any,
         spec: PipelineSpec,
-        kafka_config: Mapping[str, Any],
         run_id: str,
         summary: Mapping[str, Any] | None,
     ) -> list[tuple[str, str]]:
@@ -220,12 +223,10 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
                 outputs.append(("dead_letter_queue", dlq_topic))
         if not outputs:
             return []
-        # The connection's server, as the assets that DAGs and watchers declare use it; the spec's when it has none.
-        server = server_of(kafka_config if kafka_config.get("bootstrap.servers") else spec.kafka)
         metrics: dict[str, Any] = dict(summary) if summary is not None else {"metrics": None}
         events = outlet_events[self.outputs_alias]
         for role, topic in outputs:
             extra = {**metrics, "pipeline": spec.name, "run_id": run_id, "role": role, "topic": topic}
-            events.add(topic_asset(topic, server=server), extra=extra)
+            events.add(topic_asset(topic, kafka_config_id=self.kafka_config_id, server=self.asset_server), extra=extra)
             self.log.info("asset event for %s topic %s through %s", role, topic, self.outputs_alias.name)
         return outputs

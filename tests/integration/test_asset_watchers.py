@@ -221,7 +221,7 @@ def test_dlq_asset_has_the_kafka_uri_of_its_topic_and_a_watcher(
     kafka_config: dict[str, Any], kafka_connection: str
 ) -> None:
     asset = dead_letter_queue_asset("orders.dlq")
-    assert asset.uri == f"kafka://{kafka_config['bootstrap.servers']}/orders.dlq"
+    assert asset.uri == "kafka://kafka_default/orders.dlq"
     assert isinstance(asset.watchers[0].trigger, DeadLetterQueueEventTrigger)
     classpath, kwargs = asset.watchers[0].trigger.serialize()
     assert classpath == "airflow_kerr.triggers.dead_letter_queue_events.DeadLetterQueueEventTrigger"

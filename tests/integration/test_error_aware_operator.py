@@ -232,8 +232,7 @@ def test_emit_assets_stores_a_sink_event_per_run_and_a_dlq_event_only_for_a_run_
     }
     dag_id = f"assets_{topic[-8:]}"
     dag = write_dag(dag_id, textwrap.dedent(ASSETS_DAG.format(dag_id=dag_id, pipeline=pipeline)))
-    server = kafka_config["bootstrap.servers"].split(",")[0]
-    sink_asset, dlq_asset = topic_asset(sink, server=server), topic_asset(dlq, server=server)
+    sink_asset, dlq_asset = topic_asset(sink), topic_asset(dlq)
 
     dirty = generate_orders(kafka_config, topic, 300, malformed_every=20, invalid_every=30, flaky_every=0)
     assert run_dag(dag) == {"orders_pipeline": "success"}

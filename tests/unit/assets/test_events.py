@@ -78,10 +78,22 @@ def test_a_breach_whose_dlq_could_not_be_read_alerts_saying_why_it_has_no_sample
     assert sent is not None and sent["sample_error"] == "OffsetLookupError: gone"
 
 
-def test_a_dlq_asset_names_the_missing_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dlq_asset_reads_no_connection_its_uri_names_the_connection_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The asset's identity comes from the DAG file alone, so it parses where no connection is defined."""
     monkeypatch.delenv("AIRFLOW_CONN_KAFKA_DEFAULT", raising=False)
-    with pytest.raises(
-        ValueError, match=r"kafka connection 'kafka_default' is not defined.*or pass server='host:port'"
-    ):
-        dead_letter_queue_asset("orders.dlq")
+    assert dead_letter_queue_asset("orders.dlq").uri == "kafka://kafka_default/orders.dlq"
+    assert dead_letter_queue_asset("orders.dlq", kafka_config_id="kafka_eu").uri == "kafka://kafka_eu/orders.dlq"
     assert dead_letter_queue_asset("orders.dlq", server="k1:9092").uri == "kafka://k1:9092/orders.dlq"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"server": " "}, r"server=' ': expected one bootstrap server as host:port"),
+        ({"server": "k1:9092/x"}, r"server='k1:9092/x': expected one bootstrap server as host:port"),
+        ({"kafka_config_id": ""}, r"kafka_config_id='': expected a connection id"),
+    ],
+)
+def test_a_dlq_asset_names_a_bad_cluster_setting(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        dead_letter_queue_asset("orders.dlq", **kwargs)

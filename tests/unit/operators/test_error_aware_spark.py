@@ -18,7 +18,6 @@ PIPELINE = {
     "sink": {"kind": "kafka", "topic": "orders.clean"},
     "errors": {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "orders.dlq"},
 }
-KAFKA = {"bootstrap.servers": "broker-1:9092,broker-2:9092"}
 SUMMARY = {
     "pipeline": "orders_pipeline",
     "run_id": "r1",
@@ -49,16 +48,16 @@ def test_without_emit_assets_the_outlets_are_untouched() -> None:
     assert operator.outlets == [] and operator.outputs_alias is None
 
 
-def alias_events(pipeline: dict[str, Any], summary: dict[str, Any] | None) -> list[Any]:
-    operator = ErrorAwareSparkSubmitOperator(task_id="run", pipeline=pipeline, emit_assets=True)
+def alias_events(pipeline: dict[str, Any], summary: dict[str, Any] | None, **operator_kwargs: Any) -> list[Any]:
+    operator = ErrorAwareSparkSubmitOperator(task_id="run", pipeline=pipeline, emit_assets=True, **operator_kwargs)
     outlet_events = OutletEventAccessors()
-    operator.add_asset_events(outlet_events, PipelineSpec.from_dict(pipeline), KAFKA, "r1", summary)
+    operator.add_asset_events(outlet_events, PipelineSpec.from_dict(pipeline), "r1", summary)
     assert operator.outputs_alias is not None
     return outlet_events[operator.outputs_alias].asset_alias_events
 
 
 def test_a_run_with_dead_letters_adds_the_sink_and_the_dlq_events_with_the_metrics() -> None:
-    sink, dlq = alias_events(PIPELINE, SUMMARY)
+    sink, dlq = alias_events(PIPELINE, SUMMARY, asset_server="broker-1:9092")
 
     assert sink.source_alias_name == dlq.source_alias_name == "kerr.orders_pipeline.outputs"
     assert (sink.dest_asset_key.name, sink.dest_asset_key.uri) == (
@@ -84,6 +83,22 @@ def test_a_missing_summary_adds_the_sink_event_without_metrics_and_no_dlq_event(
         "role": "sink",
         "topic": "orders.clean",
     }
+
+
+def test_the_events_name_the_connection_as_the_watched_assets_do_by_default() -> None:
+    """No server given: the cluster part is the connection id, the same as ``dead_letter_queue_asset``'s."""
+    from airflow_kerr.assets.watched import dead_letter_queue_asset
+
+    sink, dlq = alias_events(PIPELINE, SUMMARY, kafka_config_id="kafka_orders")
+
+    assert sink.dest_asset_key.uri == "kafka://kafka_orders/orders.clean"
+    watched = dead_letter_queue_asset("orders.dlq", kafka_config_id="kafka_orders")
+    assert (dlq.dest_asset_key.name, dlq.dest_asset_key.uri) == (watched.name, watched.uri)
+
+
+def test_a_bad_asset_server_fails_when_the_dag_is_parsed() -> None:
+    with pytest.raises(ValueError, match=r"server='broker:9092/x': expected one bootstrap server as host:port"):
+        ErrorAwareSparkSubmitOperator(task_id="run", pipeline=PIPELINE, emit_assets=True, asset_server="broker:9092/x")
 
 
 @pytest.mark.parametrize("sink", [{"kind": "parquet", "path": "/tmp/orders"}, {"kind": "jsonl", "path": "/tmp/o"}])
