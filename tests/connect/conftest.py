@@ -453,7 +453,10 @@ BROKER_SYNC_DEFECT = "insufficient bytes available to read assignment"
 def sink(
     connect: RealConnect, create_topic: Callable[..., str], kafka_bootstrap: str
 ) -> Callable[..., tuple[str, str]]:
-    """Create a FileStreamSink on a fresh topic and wait until it runs; returns (connector, topic).
+    """Create a FileStreamSink on a fresh topic (or on ``topic``) and wait until it runs; returns (connector, topic).
+
+    A second sink on another's topic is a sentinel: it reads the same records with a group
+    of its own, so what it has written proves those records could be read by then.
 
     With several tasks it also waits until task ``i`` reads partition ``i``, so a
     malformed record on a partition fails the task a test names. Its
@@ -461,9 +464,9 @@ def sink(
     """
     from confluent_kafka.admin import AdminClient
 
-    def make(tasks: int = 1, partitions: int = 1, **config: str) -> tuple[str, str]:
+    def make(tasks: int = 1, partitions: int = 1, topic: str | None = None, **config: str) -> tuple[str, str]:
         suffix = uuid.uuid4().hex[:8]
-        topic = create_topic(f"connect-in-{suffix}", partitions)
+        topic = topic or create_topic(f"connect-in-{suffix}", partitions)
         name = f"sink-{suffix}"
         connect.set_tolerance(name, "none")
         tolerance = f"${{file:{connect.tolerance_file(name)}:tolerance}}"
@@ -472,8 +475,7 @@ def sink(
             connector_config(
                 topic,
                 f"{name}.txt",
-                **{"tasks.max": str(tasks), "errors.tolerance": tolerance, **QUICK_REJOIN},
-                **config,
+                **{"tasks.max": str(tasks), "errors.tolerance": tolerance, **QUICK_REJOIN, **config},
             ),
         )
         _wait_until(lambda: connect.states(name) == ("RUNNING", ["RUNNING"] * tasks), timeout_s=90)

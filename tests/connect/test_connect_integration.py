@@ -7,7 +7,6 @@ offset, read with the Kafka AdminClient.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,12 +52,16 @@ def test_paused_connector_stops_consuming_and_catches_up_after_resume(
 
     PauseConnectorOperator(task_id="pause", connector=name, poll_interval=0.1).execute(context)
     produce(topic, [f"paused-{i}" for i in range(5)])
-    time.sleep(2)
+    # A running sink on the same topic, on the same worker, reads the records the paused one must not:
+    # once it has written them, they were there to be read, and the paused connector's group has not moved.
+    sentinel, _ = sink(topic=topic)
+    wait_until(lambda: len(connect.output_lines(sentinel)) == 10, timeout_s=30)
     assert lag(10) == 5, "nothing is consumed while paused"
     produce(topic, [f"paused-late-{i}" for i in range(3)])
-    time.sleep(1)
+    wait_until(lambda: len(connect.output_lines(sentinel)) == 13, timeout_s=30)
     assert lag(13) == 8, "the lag grows while paused"
     assert lines() == 5
+    assert connect.states(name) == ("PAUSED", ["PAUSED"])
 
     ResumeConnectorOperator(task_id="resume", connector=name, poll_interval=0.1).execute(context)
     wait_until(lambda: lag(13) == 0, timeout_s=30)
