@@ -51,6 +51,9 @@ class CursorStream(SharedStreamProducer):
         self.position = WatchPosition()
         self.saved = WatchPosition()
         self._cursor: WatchCursor | None = None
+        #: Looks that read the topic, and tries that failed: evidence that a quiet watch did look.
+        self.looks = 0
+        self.failures = 0
 
     def cursor(self) -> WatchCursor:
         raise NotImplementedError
@@ -88,6 +91,7 @@ class CursorStream(SharedStreamProducer):
             for event, position in await self._until_it_works("read the watched topic", self.observe):
                 self.position = position
                 yield event, position
+            self.looks += 1
             await asyncio.sleep(self.poll_interval)
 
     async def _until_it_works(self, what: str, call: Callable[[], T]) -> T:
@@ -96,6 +100,7 @@ class CursorStream(SharedStreamProducer):
             try:
                 return await asyncio.to_thread(call)
             except Exception as error:
+                self.failures += 1
                 log.warning("%s could not %s, trying again in %.0f s: %s", type(self).__name__, what, wait, error)
             await asyncio.sleep(wait)
             wait = min(2 * wait, MAX_RETRY_WAIT_S)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -25,6 +25,7 @@ from airflow_kerr.kafka.offsets import group_offsets
 from airflow_kerr.local.dead_letters import Failure, write_task_metrics
 from airflow_kerr.local.dead_letters import write_dead_letters as write_failures
 from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
+from airflow_kerr.triggers.watch import CursorStream
 
 POLL_S = 0.2
 
@@ -49,6 +50,24 @@ def write_dead_letters(kafka_config: dict[str, Any], dlq: str, count: int, *erro
     assert write_failures(kafka_config, dlq, failures) == count
 
 
+#: Every watch stream (one poll loop) made while a test runs, in the order the manager made them.
+STREAMS: list[CursorStream] = []
+
+
+@pytest.fixture(autouse=True)
+def record_streams(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Keep each stream the triggerer makes, so a test can see how many times it looked (never a sleep)."""
+    made = CursorStream.__init__
+
+    def init(self: CursorStream, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        STREAMS.append(self)
+
+    monkeypatch.setattr(CursorStream, "__init__", init)
+    yield
+    STREAMS.clear()
+
+
 class Triggerer:
     """Airflow's ``SharedStreamManager`` driven the way the triggerer's runner drives it.
 
@@ -57,6 +76,7 @@ class Triggerer:
     """
 
     def __init__(self) -> None:
+        self.first_stream = len(STREAMS)
         self.manager = SharedStreamManager(ack_timeout=30)
         self.fired: list[dict[str, Any]] = []
         self.store = True
@@ -87,10 +107,21 @@ class Triggerer:
             await asyncio.sleep(0.05)
         return self.fired[seen]
 
-    async def quiet(self, seconds: float) -> list[dict[str, Any]]:
-        """What fired during ``seconds`` of further polling."""
+    async def streams(self) -> list[CursorStream]:
+        """The poll loops of this triggerer's watches, once the manager has made them."""
+        await until(lambda: len(STREAMS) > self.first_stream)
+        return STREAMS[self.first_stream :]
+
+    async def after_looks(self, looks: int = 2, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+        """What fired while every watch read its topic ``looks`` more times: it looked, and this is what it saw.
+
+        Two looks, so that one began after the caller's last write, and the events of the one
+        before have been handed on.
+        """
         before = len(self.fired)
-        await asyncio.sleep(seconds)
+        streams = await self.streams()
+        targets = [stream.looks + looks for stream in streams]
+        await until(lambda: all(s.looks >= t for s, t in zip(streams, targets, strict=True)), timeout_s)
         return self.fired[before:]
 
     async def stop(self) -> None:
@@ -129,10 +160,10 @@ def test_dlq_watch_fires_on_growth_after_it_started_with_a_sample_and_counts_by_
     async def scenario() -> tuple[dict[str, Any], list[dict[str, Any]]]:
         trigger = DeadLetterQueueEventTrigger(topic=dlq, poll_interval=POLL_S, sample_size=2)
         async with triggerer(trigger) as running:
-            assert await running.quiet(1.0) == []
+            assert await running.after_looks() == []
             write_dead_letters(kafka_config, dlq, 5, *[ValueError("bad json")] * 4, KeyError("customer"))
             event = await running.next_event()
-            return event, await running.quiet(1.0)
+            return event, await running.after_looks()
 
     event, after = asyncio.run(scenario())
     assert event["topic"] == dlq and event["status"] == "grew"
@@ -156,16 +187,16 @@ def test_dlq_watch_repeats_an_unstored_event_after_a_restart_and_loses_no_growth
     async def scenario() -> list[dict[str, Any]]:
         events = []
         async with triggerer(trigger()) as running:  # first start: the position is saved at once
-            await running.quiet(0.5)
+            await running.after_looks(1)
         async with triggerer(trigger(), store=False) as running:  # fires, then dies before Airflow stored it
             write_dead_letters(kafka_config, dlq, 5, ValueError("x"))
             events.append(await running.next_event())
         write_dead_letters(kafka_config, dlq, 2, ValueError("while the triggerer was down"))
         async with triggerer(trigger()) as running:
             events.append(await running.next_event())
-            await running.quiet(1.0)  # stored and moved past: the position is saved
+            await running.after_looks()  # stored and moved past: the position is saved
         async with triggerer(trigger()) as running:
-            assert await running.quiet(1.0) == [], "a stored event is not fired again"
+            assert await running.after_looks() == [], "a stored event is not fired again"
             write_dead_letters(kafka_config, dlq, 1, ValueError("y"))
             events.append(await running.next_event())
         return events
@@ -200,12 +231,12 @@ def test_tolerance_watch_fires_one_breach_then_one_recovery_with_the_same_breach
     async def scenario() -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
         async with triggerer(breach_trigger, recovery_trigger) as running:
             write_task_metrics(kafka_config, metrics, "orders", records_in=100, errors=2)
-            assert await running.quiet(1.0) == [], "2 % is under the 10 % limit"
+            assert await running.after_looks() == [], "2 % is under the 10 % limit"
             write_task_metrics(kafka_config, metrics, "orders", records_in=100, errors=40)
             breach = await running.next_event()
-            while_breached = await running.quiet(1.0)  # the window still breaches: nothing more
+            while_breached = await running.after_looks()  # the window still breaches: nothing more
         async with triggerer(breach_trigger, recovery_trigger) as running:  # a restart during the breach
-            while_breached += await running.quiet(1.0)
+            while_breached += await running.after_looks()
             await asyncio.sleep(3.0)  # the bad window slides out
             write_task_metrics(kafka_config, metrics, "orders", records_in=100, errors=0)
             return breach, while_breached, await running.next_event()
@@ -256,7 +287,9 @@ def test_a_watch_started_before_its_topic_exists_waits_for_it_and_then_fires(
 
     async def scenario() -> dict[str, Any]:
         async with triggerer(trigger) as running:
-            assert await running.quiet(1.0) == []
+            (stream,) = await running.streams()
+            await until(lambda: stream.failures >= 2)  # it tried, twice, and fired nothing
+            assert running.fired == []
             create_topic(dlq, 1)
             await until(lambda: bool(group_offsets(kafka_config, trigger.cursor_group, [(dlq, 0)])), timeout_s=60)
             write_dead_letters(kafka_config, dlq, 2, ValueError("late"))
