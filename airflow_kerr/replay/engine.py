@@ -29,15 +29,24 @@ from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from airflow_kerr.errors import backoff_delay_ms
+from airflow_kerr.errors import DeadLetterRecord, Header, backoff_delay_ms
 from airflow_kerr.errors import parse_dead_letter as parse
 from airflow_kerr.kafka.client_errors import KafkaErrorKind, classify_kafka_error
 from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, topic_partitions, watermarks
 from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
 from airflow_kerr.replay.pacing import STOP_CHECK_S, Progress, RateLimiter
-from airflow_kerr.replay.policy import Decision, Outgoing, ReplayPolicy, decide, fast_replayer, outgoing
+from airflow_kerr.replay.policy import (
+    Decision,
+    Outgoing,
+    ReplayPolicy,
+    decide,
+    fast_replayer,
+    outgoing,
+    park_too_large,
+)
+from airflow_kerr.replay.size import NOT_WRITTEN, SizeLimits, message_max_bytes
 from airflow_kerr.replay.summary import BatchCounts, ReplayPlan, ReplaySummary, partition_ranges
 from airflow_kerr.replay.transactions import (
     BackgroundWriter,
@@ -236,6 +245,9 @@ class DlqReplay:
         self._known_topics: dict[str, bool] = {}
         self._listed_partitions: dict[str, list[int]] = {}
         self._metadata: Consumer | None = None
+        self._admin: AdminClient | None = None
+        #: Records too large to write: checked before producing, learnt from the broker's refusals.
+        self._sizes = SizeLimits(message_max_bytes(self.kafka_config), self._topic_max_message_bytes)
 
     def stop(self) -> None:
         """Ask the run to stop: the open transaction is aborted and nothing more is committed.
@@ -266,7 +278,12 @@ class DlqReplay:
                 self._known_topics[topic] = True
             except OffsetLookupError:
                 self._known_topics[topic] = False
-        return self._known_topics[topic]
+        exists = self._known_topics[topic]
+        if exists:
+            # Asked once per topic written to, so a record over the topic's own max.message.bytes is
+            # parked before it is produced, not after the broker refused it and aborted its batch.
+            self._sizes.topic_limit(topic)
+        return exists
 
     def _check_topics(self, metadata: Consumer) -> list[int]:
         """The DLQ's partitions; every unknown topic the options name is reported at once."""
@@ -348,10 +365,47 @@ class DlqReplay:
             self._close(writer, consumer, fatal)
 
     def _writer(self, transactional_id: str) -> TransactionalWriter:
-        """The transactional writer; its producer's ``transaction.timeout.ms`` is the per-transaction budget."""
+        """The transactional writer; its producer's ``transaction.timeout.ms`` is the per-transaction budget.
+
+        Delivery reports only for errors (librdkafka filters the rest, so a replay pays nothing for
+        them) go to :meth:`TransactionalWriter.delivered`: the broker's MESSAGE_TOO_LARGE names the
+        refused record only there.
+        """
         budget = self.options.transaction_timeout_s
-        producer = self.producer_factory(transactional_config(self.kafka_config, transactional_id, budget))
-        return TransactionalWriter(producer, transaction_timeout_s=budget)
+        made: list[TransactionalWriter] = []
+
+        def delivered(error: KafkaError | None, message: Any) -> None:
+            if made:
+                made[0].delivered(error, message)
+
+        config = {
+            **transactional_config(self.kafka_config, transactional_id, budget),
+            "on_delivery": delivered,
+            "delivery.report.only.error": True,
+        }
+        made.append(TransactionalWriter(self.producer_factory(config), transaction_timeout_s=budget))
+        return made[0]
+
+    def _topic_max_message_bytes(self, topic: str) -> int | None:
+        """The topic's ``max.message.bytes`` as the broker reports it; None when it cannot be read.
+
+        Asked only once a record comes near the producer's limit (:class:`SizeLimits`), so a
+        broker that cannot describe configs costs one warning, and the refusal path still holds.
+        """
+        try:
+            if self._admin is None:
+                self._admin = AdminClient(self.kafka_config)
+            resource = ConfigResource("topic", topic)
+            entries = self._admin.describe_configs([resource])[resource].result(self.timeout_s)
+            return int(entries["max.message.bytes"].value)
+        except Exception as error:
+            self.log.warning(
+                "could not read max.message.bytes of %s (%s); records are checked against the producer's "
+                "message.max.bytes only, and a refusal by the broker is handled when it comes",
+                topic,
+                describe_error(error),
+            )
+            return None
 
     def _fence(self, writer: TransactionalWriter) -> None:
         """``init_transactions`` before any record is read, so an older replay with this ``transactional.id`` stops."""
@@ -630,7 +684,24 @@ class DlqReplay:
         return _Written.COMMITTED
 
     def _retry_aborted(self, loop: _LoopState, error: BatchAborted) -> _Written:
-        """Rewind to the committed offsets after Connect's backoff; fail once ``max_batch_attempts`` aborts."""
+        """Rewind to the committed offsets after Connect's backoff; fail once ``max_batch_attempts`` aborts.
+
+        An abort caused by records too large for Kafka is not retried as it was: the refused
+        records are remembered by their DLQ coordinates and the batch is read again at once,
+        parking them without their value (or, refused again, dropping them). It does not count
+        as an attempt: each record can be refused at most twice, so the run always gets past it.
+        """
+        if error.refused and self._sizes.learn(error.refused):
+            loop.summary.aborted_batches += 1
+            self.log.warning(
+                "the batch of %s at offsets %s was aborted: %s; reading it again without writing %s as they were",
+                self.options.dlq_topic,
+                loop.committed,
+                "; ".join(f"{self.options.dlq_topic}/{r.partition}/{r.offset}: {r.detail}" for r in error.refused),
+                "it" if len(error.refused) == 1 else "them",
+            )
+            self._rewind(loop)
+            return _Written.REWOUND
         loop.attempt += 1
         loop.summary.aborted_batches += 1
         if loop.attempt >= self.max_batch_attempts:
@@ -667,6 +738,10 @@ class DlqReplay:
         Also the cyclic collector's young-generation pass every GC_INTERVAL_S, while it is paused.
         """
         loop.committed.update(at)
+        for what in counts.dropped_too_large:
+            self.log.warning("dropped a record too large to write even without its value, nor to park: %s", what)
+            if len(loop.summary.notes) < 20:
+                loop.summary.notes.append(f"dropped, too large even to park: {what}")
         loop.summary.add(counts)
         summary = loop.summary
         loop.progress.update(summary.scanned, summary.replayed, summary.parked, summary.dropped)
@@ -774,6 +849,8 @@ class DlqReplay:
         next_positions = dict(positions)
         scanned = selected = 0
         limit = -1 if budget is None else budget
+        refused = self._sizes.refused
+        oversize = self._sizes.oversize
         for message in messages:
             error = message.error()
             if error is not None:
@@ -802,12 +879,26 @@ class DlqReplay:
                     if isinstance(done, Decision):  # parked after its fix ran
                         parked = done.record
                         assert parked is not None
-                        count(done, parked.dead_letter)
-                        written(outgoing(parked))
+                        out: Outgoing | None = outgoing(parked)
+                        assert out is not None
+                        if (refused and (partition, offset) in refused) or oversize(out[0], out[2], out[1], out[3]):
+                            self._too_large(out, parked.dead_letter, headers, policy, counts, written)
+                        else:
+                            count(done, parked.dead_letter)
+                            written(out)
                     else:
-                        if done[0] is not None:
-                            written(done[0])
-                        breakdown[done[1]] += 1
+                        out = done[0]
+                        if out is not None and (
+                            (refused and (partition, offset) in refused) or oversize(out[0], out[2], out[1], out[3])
+                        ):
+                            letter = parse(
+                                headers, key, value, topic=dlq, partition=partition, offset=offset, timestamp=stamp
+                            )
+                            self._too_large(out, letter, headers, policy, counts, written)
+                        else:
+                            if out is not None:
+                                written(out)
+                            breakdown[done[1]] += 1
                     scanned += 1
                     next_positions[partition] = offset + 1
                     continue
@@ -820,13 +911,53 @@ class DlqReplay:
                     break
                 selected += 1
                 decision = decide(letter, headers, policy)
-                count(decision, letter)
-                if decision.record is not None:
-                    written(outgoing(decision.record))
+                record = decision.record
+                if record is not None and (
+                    (refused and (partition, offset) in refused)
+                    or oversize(record.topic, record.key, record.value, record.headers)
+                ):
+                    self._too_large(outgoing(record), letter, headers, policy, counts, written)
+                else:
+                    count(decision, letter)
+                    if record is not None:
+                        written(outgoing(record))
             scanned += 1
             next_positions[partition] = offset + 1
         counts.scanned, counts.selected = scanned, selected
         return outputs, counts, next_positions
+
+    def _too_large(
+        self,
+        out: Outgoing,
+        letter: DeadLetterRecord,
+        raw_headers: Sequence[Header],
+        policy: ReplayPolicy,
+        counts: BatchCounts,
+        written: Callable[[Outgoing], None],
+    ) -> None:
+        """A record too large to write as decided: park it without its value, or, if even that is too large, drop it.
+
+        Too large is what the pre-check finds against the producer's and the topic's limits, or
+        what the client or the broker refused in an earlier attempt of this batch (then ``refused``
+        says how far down it went). A drop is counted in ``dropped_too_large`` and logged with the
+        record's DLQ coordinates once the batch commits: the run never stops at such a record.
+        """
+        sizes = self._sizes
+        where = f"{letter.topic}/{letter.partition}/{letter.offset}"
+        level, why = sizes.refused.get((letter.partition or 0, letter.offset or 0), (0, ""))
+        if level == 0:
+            why = sizes.oversize(out[0], out[2], out[1], out[3]) or "refused for its size"
+        if level < NOT_WRITTEN:
+            decision = park_too_large(letter, raw_headers, policy, why)
+            parked = decision.record
+            assert parked is not None
+            still = sizes.oversize(parked.topic, None, None, parked.headers)
+            if still is None:
+                counts.count(decision, letter)
+                written(outgoing(parked))
+                return
+            why = f"{why}; without its value still {still}"
+        counts.dropped_too_large.append(f"{where}: too_large: {why}")
 
     def _past_control_records(self, consumer: Consumer, positions: dict[int, int], ends: Mapping[int, int]) -> None:
         """Move a partition to its end when the consumer is there but the last offsets were no records.

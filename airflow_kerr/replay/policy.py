@@ -84,6 +84,8 @@ class ParkReason(StrEnum):
     INVALID_TARGET = "invalid_target"
     TARGET_NOT_ALLOWED = "target_not_allowed"
     UNKNOWN_TARGET = "unknown_target"
+    #: The record (replayed or parked) is larger than the producer or the topic accepts: parked without its value.
+    TOO_LARGE = "too_large"
 
 
 class ReplayRecord:
@@ -569,6 +571,21 @@ def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
         return outgoing(fixed), (Action.REPLAY, fixed.topic, stage, exception, None)
 
     return replay_fast
+
+
+def park_too_large(
+    letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: ReplayPolicy, detail: str
+) -> Decision:
+    """Park a record too large to write without its key and value: headers, coordinates and the reason only.
+
+    Its value stays in the DLQ record at the coordinates the lineage header names, so nothing
+    is lost. The key goes too: a key without a value is a tombstone to a compacted topic, so a
+    replay of the parking topic must park this copy again (``no_content``), never write it.
+    """
+    decision = _park(letter, raw_headers, policy, ParkReason.TOO_LARGE, detail, replay_count(raw_headers))
+    assert decision.record is not None
+    decision.record.key = decision.record.value = None
+    return decision
 
 
 def _park(

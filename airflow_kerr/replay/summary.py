@@ -63,6 +63,8 @@ class ReplaySummary:
     replayed: int = 0
     parked: int = 0
     dropped: int = 0
+    #: Records too large even to park without their value: not written anywhere, logged with their DLQ coordinates.
+    dropped_too_large: int = 0
     skipped: int = 0
     transactions: int = 0
     aborted_batches: int = 0
@@ -81,6 +83,7 @@ class ReplaySummary:
         self.scanned += counts.scanned
         self.skipped += counts.scanned - counts.selected
         self.selected += counts.selected
+        self.dropped_too_large += len(counts.dropped_too_large)
         for key, n in counts.breakdown.items():
             if key[0] is Action.REPLAY:
                 self.replayed += n
@@ -152,15 +155,19 @@ class BatchCounts:
     selected: int = 0
     breakdown: Counter[BreakdownKey] = field(default_factory=Counter)
     park_examples: list[str] = field(default_factory=list)
+    #: Records too large even to park without their value (``dlq/partition/offset: why``): counted, not written.
+    dropped_too_large: list[str] = field(default_factory=list)
 
     def merge(self, other: BatchCounts) -> None:
         self.scanned += other.scanned
         self.selected += other.selected
+        self.dropped_too_large.extend(other.dropped_too_large)
         self.breakdown.update(other.breakdown)
         self.park_examples.extend(other.park_examples[: MAX_PARK_EXAMPLES - len(self.park_examples)])
 
     def clear(self) -> None:
         self.scanned = self.selected = 0
+        self.dropped_too_large.clear()
         self.breakdown.clear()
         self.park_examples.clear()
 

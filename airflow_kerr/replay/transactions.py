@@ -34,11 +34,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from airflow_kerr.errors.exceptions import kafka_error_of
 from airflow_kerr.kafka.client_errors import KafkaErrorKind, classify_kafka_error
-from airflow_kerr.replay.policy import Outgoing
+from airflow_kerr.replay.policy import HEADER_REPLAY_SOURCE, Outgoing
+from airflow_kerr.replay.size import SizeRefusal, batch_size, dlq_coordinates, is_size_error, record_size
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,16 @@ class BrokerUnreachable(ReplayFatalError):
 
 
 class BatchAborted(RuntimeError):
-    """The batch's transaction hit an abortable error and was aborted; rewind and retry the batch."""
+    """The batch's transaction hit an abortable error and was aborted; rewind and retry the batch.
+
+    ``refused`` names the records the client or the broker refused for their size (by the DLQ
+    coordinates in their lineage header), so the retry writes them differently instead of
+    being refused the same way again.
+    """
+
+    def __init__(self, message: str, refused: Sequence[SizeRefusal] = ()) -> None:
+        super().__init__(message)
+        self.refused = list(refused)
 
 
 class _AbortRequired(Exception):
@@ -208,6 +218,35 @@ class TransactionalWriter:
         self.commit_retries = 0
         #: Set once a call ran out of budget: the producer may still hold an unfinished transaction.
         self.unreachable = False
+        #: Records of the open transaction refused for their size, from produce() or a delivery report.
+        self.refused: list[SizeRefusal] = []
+        self._refusal: KafkaError | None = None
+        #: The batch being written, to find a refused record in (delivery reports carry no headers).
+        self._batch: Sequence[Outgoing] = ()
+
+    def delivered(self, error: KafkaError | None, message: Any) -> None:
+        """The producer's ``on_delivery`` (with ``delivery.report.only.error``): keep the records refused for size.
+
+        The broker's MESSAGE_TOO_LARGE reaches the writer only here (and as the commit's abortable
+        error, which does not say which record): the record's lineage header says where in the
+        DLQ it was read. Called by librdkafka from the writer's own produce, commit or abort.
+        """
+        if error is None or not is_size_error(error):
+            return
+        self._refusal = error
+        # A delivery report carries no headers: the refused record is found in the batch by topic,
+        # key and value length (the first one not yet named, should two look alike).
+        topic, key, length = message.topic(), message.key(), len(message.value() or b"")
+        named = {(r.partition, r.offset) for r in self.refused}
+        for record in self._batch:
+            if record[0] != topic or record[2] != key or len(record[1] or b"") != length:
+                continue
+            where = dlq_coordinates(record[3], HEADER_REPLAY_SOURCE)
+            if where is not None and where not in named:
+                size = batch_size(record[2], record[1], record[3])
+                detail = f"{size:,} bytes refused by the broker ({describe_error(error)})"
+                self.refused.append(SizeRefusal(where[0], where[1], topic, detail))
+                return
 
     def close(self) -> None:
         """Close the producer; after an unreachable broker, purge it and leave it to be freed instead.
@@ -260,6 +299,8 @@ class TransactionalWriter:
         """
         self._deadline = self._clock() + self.transaction_timeout_s
         committing = False
+        self.refused, self._refusal = [], None
+        records = self._batch = records if isinstance(records, Sequence) else list(records)
         try:
             self._call("begin_transaction", self.producer.begin_transaction, timed=False)
             self.in_transaction = True
@@ -287,13 +328,14 @@ class TransactionalWriter:
             self._call(
                 "send_offsets_to_transaction", self.producer.send_offsets_to_transaction, list(offsets), group_metadata
             )
+            self._await_deliveries()
             committing = True
             self._commit()
         except _AbortRequired as required:
             cause = f"{required.call} failed with an abortable error: {describe_error(required.error)}"
             log.warning("%s; aborting the transaction", cause)
             self.abort()
-            raise BatchAborted(cause) from required.error
+            raise BatchAborted(cause, self.refused) from required.error
         except _OutOfTime as out:
             if committing:
                 raise self._unreachable(
@@ -358,6 +400,14 @@ class TransactionalWriter:
             raise error
         if classify_kafka_error(error, transactional=True) is KafkaErrorKind.FATAL:
             raise fatal_error(f"produce to {topic!r}", error, self.producer) from error
+        if is_size_error(error):
+            # The engine checks sizes before producing; this is a record it could not judge (the
+            # client's limit is lower than it knew). Named, so the retry parks it instead.
+            _, value, key, headers, _ = record
+            where = dlq_coordinates(headers, HEADER_REPLAY_SOURCE)
+            if where is not None:
+                detail = f"{record_size(key, value, headers):,} bytes refused by the client ({describe_error(error)})"
+                self.refused.append(SizeRefusal(where[0], where[1], topic, detail))
         # A record the broker or client refuses (too large, unknown topic) fails the batch, as
         # a failed delivery would at commit: abort, and let the bounded retry decide.
         raise _AbortRequired(f"produce to {topic!r}", error) from error
@@ -389,6 +439,21 @@ class TransactionalWriter:
                 self._sleep(min(self.retry_wait_s, max(self._time_left(), 0.0)))
         raise AssertionError("unreachable")
 
+    def _await_deliveries(self) -> None:
+        """Wait for the batch's deliveries in short steps, so a record the broker refused aborts the batch at once.
+
+        Left to ``commit_transaction``, a refused record (the broker's MESSAGE_TOO_LARGE) made
+        librdkafka's flush wait out the whole budget for the records queued behind it, and end
+        in a timeout that reads as "commit outcome unknown". Delivered batches return at once.
+        """
+        flush = getattr(self.producer, "flush", None)
+        if flush is None:
+            return
+        while flush(min(0.1, max(self._time_left(), 0.0))) > 0 and self._refusal is None and self._time_left() > 0:
+            pass
+        if self._refusal is not None:
+            raise _AbortRequired("produce", KafkaException(self._refusal))
+
     def _commit(self) -> None:
         last: BaseException | None = None
         for attempt in range(1, self.commit_attempts + 1):
@@ -401,7 +466,7 @@ class TransactionalWriter:
                 if kafka_error_of(error) is None:
                     raise
                 kind = classify_kafka_error(error, transactional=True, during_commit=True)
-                if kind is KafkaErrorKind.ABORTABLE:
+                if kind is KafkaErrorKind.ABORTABLE or self._refusal is not None:  # a refused record: never commits
                     raise _AbortRequired("commit_transaction", error) from error
                 if kind is not KafkaErrorKind.COMMIT_OUTCOME_UNKNOWN:
                     raise fatal_error("commit_transaction", error, self.producer, f" ({kind})") from error
