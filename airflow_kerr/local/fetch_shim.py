@@ -10,8 +10,9 @@ does not), so the wait is put back here, between the clients and noida-db.
 What it does, per client connection, forwarding every byte unchanged otherwise:
 
 - A Fetch (api key 1) response whose partitions carry no records and no errors is held
-  until ``min(max_wait_ms of its request, HOLD_CAP_MS)`` after the request arrived. The
-  responses of one connection are written in the order noida-db sent them (as a real
+  until ``min(max_wait_ms of its request, HOLD_CAP_MS)`` after the request arrived, or
+  until a write (Produce, EndTxn) is acknowledged, whichever comes first (see WAKING_APIS).
+  The responses of one connection are written in the order noida-db sent them (as a real
   broker's are), so whatever follows a held response waits behind it.
 - Metadata (3), FindCoordinator (10) and DescribeCluster (60) responses name noida-db's
   own port (it has no advertised-listener option): the port is rewritten to the shim's,
@@ -47,11 +48,18 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-FETCH, METADATA, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_CLUSTER = 1, 3, 10, 18, 60
-#: The longest an empty Fetch answer is held. A real broker answers as soon as data arrives;
-#: the shim cannot see that, so it holds for at most this long (data produced meanwhile waits
-#: up to this much longer) and an idle consumer sends at most 1000 / HOLD_CAP_MS fetches a second.
-HOLD_CAP_MS = 100
+PRODUCE, FETCH, METADATA, FIND_COORDINATOR, API_VERSIONS, END_TXN, DESCRIBE_CLUSTER = 0, 1, 3, 10, 18, 26, 60
+#: The longest an empty Fetch answer is held (the clients' default ``fetch.max.wait.ms`` is 500 ms).
+#: An idle consumer sends at most about 1000 / HOLD_CAP_MS fetches a second.
+HOLD_CAP_MS = 500
+#: Answers to these requests mean new data may be readable (records appended; a transaction's
+#: marker written, which moves the last stable offset): every held empty Fetch is then let go
+#: at once, so its consumer asks again and sees the data without waiting out the hold, as a
+#: real broker answers a waiting Fetch when data arrives. All writes reach noida-db through
+#: the shim, so none is missed; a write to any topic wakes every held Fetch (noida-db's topic
+#: ids are not tracked), so while something is being written idle consumers fetch as often as
+#: writes are acknowledged, not more.
+WAKING_APIS = frozenset({PRODUCE, END_TXN})
 #: Responses up to this size are read whole (to inspect or rewrite them); larger ones are
 #: streamed through in chunks. A Fetch answer this large carries records, so it is never held.
 INSPECT_LIMIT = 1 << 20
@@ -294,7 +302,10 @@ class FetchShim:
         self.upstream_port = upstream_port
         self.hold_cap_s = hold_cap_ms / 1000
         #: Counters, for tests and benchmarks (``fetches``: Fetch requests seen; ``held``: answers held).
-        self.stats = {"fetches": 0, "held": 0, "rewritten": 0, "connections": 0, "unparsed": 0}
+        self.stats = {"fetches": 0, "held": 0, "woken": 0, "rewritten": 0, "connections": 0, "unparsed": 0}
+        #: Writes acknowledged so far (see WAKING_APIS), and the event that wakes the Fetch answers held now.
+        self.writes = 0
+        self._written = asyncio.Event()
         #: Each (api key, version) clients used, so one can check what they negotiate with noida-db.
         self.versions: set[tuple[int, int]] = set()
         self.log_versions = False
@@ -310,7 +321,7 @@ class FetchShim:
         except OSError:
             client_writer.close()
             return
-        pending: deque[tuple[RequestInfo | None, float]] = deque()
+        pending: deque[tuple[RequestInfo | None, float, int]] = deque()
         tasks = [
             asyncio.create_task(self._requests(client_reader, upstream_writer, pending)),
             asyncio.create_task(self._responses(upstream_reader, client_writer, pending)),
@@ -327,7 +338,7 @@ class FetchShim:
         self,
         source: asyncio.StreamReader,
         sink: asyncio.StreamWriter,
-        pending: deque[tuple[RequestInfo | None, float]],
+        pending: deque[tuple[RequestInfo | None, float, int]],
     ) -> None:
         """Client to noida-db: note each request's header (and a Fetch's wait), forward it unchanged."""
         while True:
@@ -348,27 +359,35 @@ class FetchShim:
                             file=sys.stderr,
                             flush=True,
                         )
-            pending.append((info, time.monotonic()))
+            pending.append((info, time.monotonic(), self.writes))
             sink.write(prefix)
             sink.write(frame)
             await sink.drain()
+
+    def _wake(self) -> None:
+        """A write was acknowledged: let every held Fetch answer go now."""
+        self.writes += 1
+        self._written.set()
+        self._written = asyncio.Event()
 
     async def _responses(
         self,
         source: asyncio.StreamReader,
         sink: asyncio.StreamWriter,
-        pending: deque[tuple[RequestInfo | None, float]],
+        pending: deque[tuple[RequestInfo | None, float, int]],
     ) -> None:
         """noida-db to client, in order: hold empty Fetch answers, rewrite broker ports, stream big answers."""
         while True:
             prefix = await source.readexactly(8)
             size, correlation_id = struct.unpack(">ii", prefix)
-            info, arrived = None, 0.0
+            info, arrived, writes_before = None, 0.0, 0
             # A request with no answer (a Produce with acks=0) is skipped by its correlation id.
             while pending:
-                info, arrived = pending.popleft()
+                info, arrived, writes_before = pending.popleft()
                 if info is None or info.correlation_id == correlation_id:
                     break
+            if info is not None and info.api_key in WAKING_APIS:
+                self._wake()
             if size > INSPECT_LIMIT or info is None or info.api_version not in SUPPORTED_VERSIONS.get(info.api_key, ()):
                 sink.write(prefix)
                 left = size - 4
@@ -383,11 +402,14 @@ class FetchShim:
             frame = bytearray(prefix[4:] + await source.readexactly(size - 4))
             try:
                 if info.api_key == FETCH:
-                    if fetch_response_is_empty(frame, info.api_version):
+                    # A write acknowledged since the request left may have been missed by noida-db's answer.
+                    if self.writes == writes_before and fetch_response_is_empty(frame, info.api_version):
                         delay = arrived + min(info.max_wait_ms / 1000, self.hold_cap_s) - time.monotonic()
                         if delay > 0:
                             self.stats["held"] += 1
-                            await asyncio.sleep(delay)
+                            with contextlib.suppress(TimeoutError):
+                                await asyncio.wait_for(self._written.wait(), delay)
+                                self.stats["woken"] += 1
                 else:
                     self.stats["rewritten"] += rewrite_broker_ports(
                         frame, info.api_key, info.api_version, self.upstream_port, self.port

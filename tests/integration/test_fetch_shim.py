@@ -152,3 +152,29 @@ def test_a_partition_larger_than_the_receive_limit_is_read_with_the_local_settin
     assert read_all(broker, topic, count, small, timeout_s=3) == []  # the broker's answer exceeds the limit
     local = {**small, **broker.client_config}
     assert read_all(broker, topic, count, local, timeout_s=30) == list(range(count))
+
+
+def test_a_write_lets_a_held_fetch_go_at_once(broker: LocalBroker) -> None:
+    """A held empty Fetch is answered when a write is acknowledged, not at the end of its hold (up to 500 ms)."""
+    topic = new_topic(broker)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap_servers, "group.id": f"wake-{topic}", "fetch.wait.max.ms": 500}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    latencies: list[float] = []
+    try:
+        while consumer.poll(0.5) is not None:
+            pass
+        for index in range(9):
+            consumer.poll(0.3)  # idle: the consumer's fetch is being held
+            producer.produce(topic, b"%d" % index)
+            assert producer.flush(10) == 0
+            acknowledged = time.monotonic()
+            message = consumer.poll(5)
+            assert message is not None and message.error() is None and message.value() == b"%d" % index
+            latencies.append(time.monotonic() - acknowledged)
+    finally:
+        consumer.close()
+    # Without the wake-up the median would be about half the hold (250 ms).
+    assert sorted(latencies)[len(latencies) // 2] < 0.15, latencies
