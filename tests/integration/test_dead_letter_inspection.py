@@ -9,6 +9,7 @@ shows is checked against what was written.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -34,7 +35,9 @@ from airflow_kerr.kafka.dead_letter_inspection import (
 from airflow_kerr.kafka.offsets import group_offsets
 from airflow_kerr.local.dead_letters import Failure, write_dead_letters
 
-T0 = 1_795_250_000_000
+#: An hour ago: the records keep a real event time, well inside the broker's retention (7 days), which
+#: deletes a record whose timestamp is older (noida-db within a second of the write; Apache Kafka within 5 min).
+T0 = int(time.time() * 1000) - 3_600_000
 CLASSES = (ValueError, KeyError, TypeError)
 STAGES = (Stage.TRANSFORMATION, Stage.VALUE_CONVERTER)
 COUNT = 240

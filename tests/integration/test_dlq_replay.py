@@ -50,6 +50,10 @@ from airflow_kerr.replay.policy import (
 )
 from airflow_kerr.replay.transactions import ReplayFatalError
 
+#: An hour ago: the records keep a real event time, well inside the broker's retention (7 days), which
+#: deletes a record whose timestamp is older (noida-db within a second of the write; Apache Kafka within 5 min).
+RECENT_MS = int(time.time() * 1000) - 3_600_000
+
 
 class InvalidOrder(ValueError):
     """Stands for the pipeline's validation error in the DLQ headers."""
@@ -114,7 +118,7 @@ def write_dlq(
     producer = Producer({**kafka_config, "linger.ms": 5})
     for i in range(start, start + count):
         record = SourceRecord(
-            source, i % 2, i, 1_795_250_000_000 + i, key=f"o-{i}".encode(), value=order(i), headers=headers or []
+            source, i % 2, i, RECENT_MS + i, key=f"o-{i}".encode(), value=order(i), headers=headers or []
         )
         context = ErrorContext(
             TaskId("orders_pipeline", 0), stage, "mypkg.validate", error or InvalidOrder(f"o-{i} negative"), record
@@ -265,7 +269,7 @@ def test_unsafe_records_are_parked_with_a_reason(
 
 def test_a_fix_that_raises_parks_the_record_with_the_exception(kafka_config: dict[str, Any], topics: Topics) -> None:
     producer = Producer(kafka_config)
-    record = SourceRecord(topics.source, 0, 9, 1, key=b"o-9", value=b'{"id": "o-9", "amount": ')
+    record = SourceRecord(topics.source, 0, 9, RECENT_MS, key=b"o-9", value=b'{"id": "o-9", "amount": ')
     context = ErrorContext(TaskId("p", 0), Stage.VALUE_CONVERTER, "json", ValueError("truncated"), record)
     producer.produce(**build_dead_letter_record(context, topic=topics.dlq).produce_kwargs())
     assert producer.flush(30) == 0, "the broker did not take the records within 30 s"

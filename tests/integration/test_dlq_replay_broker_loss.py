@@ -26,6 +26,10 @@ from airflow_kerr.replay.engine import DlqReplay
 from airflow_kerr.replay.options import ReplayOptions
 from airflow_kerr.replay.transactions import BrokerUnreachable, abort_grace_s
 
+#: An hour ago: the records keep a real event time, well inside the broker's retention (7 days), which
+#: deletes a record whose timestamp is older (noida-db within a second of the write; Apache Kafka within 5 min).
+RECENT_MS = int(time.time() * 1000) - 3_600_000
+
 BUDGET_S = 4.0
 #: Closing the clients and the thread hand-over, beyond the budget and the abort's grace.
 SLACK_S = 3.0
@@ -47,7 +51,7 @@ def seed(config: dict[str, Any]) -> None:
         future.result(10)
     producer = Producer(config)
     for i in range(RECORDS):
-        record = SourceRecord("orders", 0, i, 1_795_250_000_000, key=f"o-{i}".encode(), value=b'{"amount": 1}')
+        record = SourceRecord("orders", 0, i, RECENT_MS, key=f"o-{i}".encode(), value=b'{"amount": 1}')
         context = ErrorContext(TaskId("orders_pipeline", 0), Stage.TRANSFORMATION, "v", ValueError("neg"), record)
         producer.produce(**build_dead_letter_record(context, topic="orders.dlq").produce_kwargs())
     assert producer.flush(10) == 0

@@ -19,6 +19,10 @@ from airflow_kerr.kafka.offsets import end_offsets
 from airflow_kerr.operators.dlq_replay import DeadLetterQueueReplayOperator
 from airflow_kerr.replay.options import InvalidReplayOptions
 
+#: An hour ago: the records keep a real event time, well inside the broker's retention (7 days), which
+#: deletes a record whose timestamp is older (noida-db within a second of the write; Apache Kafka within 5 min).
+RECENT_MS = int(time.time() * 1000) - 3_600_000
+
 pytestmark = pytest.mark.airflow
 
 SECTIONS = {"Source", "Selection", "Fix", "Safety", "Pacing"}
@@ -36,7 +40,7 @@ def dlq(kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_t
     producer = Producer(kafka_config)
     for i in range(20):
         value = json.dumps({"id": f"o-{i}", "amount": -1.5}).encode()
-        record = SourceRecord(source, 0, i, 1_795_250_000_000, key=f"o-{i}".encode(), value=value)
+        record = SourceRecord(source, 0, i, RECENT_MS, key=f"o-{i}".encode(), value=value)
         context = ErrorContext(TaskId("orders_pipeline", 0), Stage.TRANSFORMATION, "v", ValueError("neg"), record)
         producer.produce(**build_dead_letter_record(context, topic=dlq_topic).produce_kwargs())
     assert producer.flush(10) == 0

@@ -8,6 +8,7 @@ completes, parks exactly those records with a reason naming the header, and comm
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,10 @@ from airflow_kerr.kafka.offsets import end_offsets, read_to_end
 from airflow_kerr.replay.engine import DlqReplay
 from airflow_kerr.replay.options import ReplayOptions
 from airflow_kerr.replay.policy import HEADER_PARKED_REASON
+
+#: An hour ago: the records keep a real event time, well inside the broker's retention (7 days), which
+#: deletes a record whose timestamp is older (noida-db within a second of the write; Apache Kafka within 5 min).
+RECENT_MS = int(time.time() * 1000) - 3_600_000
 
 #: Header name, value and the text its parked reason must contain.
 MALFORMED: list[tuple[str, bytes, str]] = [
@@ -38,7 +43,7 @@ def dlq(kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_t
     source, dlq_topic = create_topic(unique_topic), create_topic(f"{unique_topic}.dlq")
     producer = Producer(kafka_config)
     for i in range(GOOD):
-        record = SourceRecord(source, 0, i, 1_795_250_000_000, key=f"o-{i}".encode(), value=b'{"amount": 1}')
+        record = SourceRecord(source, 0, i, RECENT_MS, key=f"o-{i}".encode(), value=b'{"amount": 1}')
         context = ErrorContext(TaskId("orders_pipeline", 0), Stage.TRANSFORMATION, "v", ValueError("neg"), record)
         producer.produce(**build_dead_letter_record(context, topic=dlq_topic).produce_kwargs())
         if i < len(MALFORMED):

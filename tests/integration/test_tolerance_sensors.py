@@ -36,6 +36,10 @@ from airflow_kerr.spark.spec import PipelineSpec
 from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueTrigger
 from airflow_kerr.triggers.tolerance import ToleranceTrigger
 
+#: An hour ago: the records keep a real event time, well inside the broker's retention (7 days), which
+#: deletes a record whose timestamp is older (noida-db within a second of the write; Apache Kafka within 5 min).
+RECENT_MS = int(time.time() * 1000) - 3_600_000
+
 
 @pytest.fixture
 def kafka_connection(kafka_config: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> str:
@@ -49,7 +53,7 @@ def write_dead_letters(kafka_config: dict[str, Any], dlq: str, source: str, coun
         json.loads(b"{bad")
     except ValueError as error:
         malformed = error
-    records = (SourceRecord(source, 0, o, 1_795_250_000_000 + o, key=b"k", value=b"{bad") for o in range(count))
+    records = (SourceRecord(source, 0, o, RECENT_MS + o, key=b"k", value=b"{bad") for o in range(count))
     failures = (
         Failure(r, Stage.VALUE_CONVERTER, malformed, "airflow_kerr.spark.stages.JsonConverter") for r in records
     )
