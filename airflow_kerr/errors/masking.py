@@ -98,7 +98,10 @@ _SCHEME_CREDENTIAL = re.compile(
     r"(?<![A-Za-z0-9_])(?P<scheme>(?i:bearer)|Basic|BASIC|basic)(?P<space>[ \t]+)(?!\[hidden)[^\s,;\"'}\])<>]+"
 )
 #: The user-info of a URL: ``scheme://user:password@`` (a password with ``@`` unescaped too: up to the last ``@``).
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?!\[hidden\]@)[^\s/?#\"'<>\[\]{}]+@")
+#: The scheme starts at a word start, so a long run of letters before ``://`` is scanned once, not once per letter.
+_URL_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.\-])(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*+://)(?!\[hidden\]@)[^\s/?#\"'<>\[\]{}]+@"
+)
 
 #: A key and its separator: ``key=``, ``"key": ``, ``'key': ``, ``\\"key\\": `` (JSON quoted inside a string).
 #: Only at a word start, and possessive, so a long identifier-like run costs one pass.

@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from airflow_kerr.errors import parse_dead_letter
+from airflow_kerr.errors import mask_text, parse_dead_letter
 from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, read_range, topic_partitions, watermarks
 
 SINCE_TASK_START = "task_start"
@@ -186,4 +186,4 @@ def alert_sample(
     try:
         return latest_dead_letters(kafka_config(), dlq_topic, count), None
     except Exception as exc:  # librdkafka, the connection lookup and the parser raise many unrelated types
-        return [], f"{type(exc).__name__}: {exc}"
+        return [], mask_text(f"{type(exc).__name__}: {exc}")  # it is printed in an alert

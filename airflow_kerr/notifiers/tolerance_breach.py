@@ -4,6 +4,10 @@ One message, three senders: a JSON webhook (Slack incoming-webhook compatible,
 with the structured details under ``kerr``), email through Airflow's smtp
 provider when it is installed, and the task log. A notification never changes
 the task's outcome: a failing webhook is retried a few times, then logged.
+
+The message, its details and our log lines are masked by the one rule
+(:mod:`airflow_kerr.errors.masking`): the sample's reason quotes exception text, and a
+webhook channel or a mailbox is read by more people than the connection's owners.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from typing import Any
 
 import httpx
 from airflow.sdk import BaseNotifier, Context
+
+from airflow_kerr.errors.masking import mask_secrets, mask_text
 
 WEBHOOK_RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -78,7 +84,7 @@ class ToleranceBreachNotifier(BaseNotifier):
         try:
             return ti.xcom_pull(task_ids=task_id)
         except Exception as exc:  # a callback must not fail because an upstream left nothing behind
-            self.log.warning("could not read the XCom of %s: %s", task_id, exc)
+            self.log.warning("could not read the XCom of %s: %s", task_id, mask_text(str(exc)))
             return None
 
     def details(self, context: Context) -> dict[str, Any]:
@@ -88,7 +94,7 @@ class ToleranceBreachNotifier(BaseNotifier):
         sample = self.sample or list(dlq.get("sample") or [])
         ti = context.get("ti") or context.get("task_instance")
         dag_run = context.get("dag_run")
-        return {
+        details = {
             "pipeline": self.pipeline or reading.get("pipeline"),
             "error_rate": reading.get("error_rate"),
             "max_error_rate": reading.get("max_error_rate"),
@@ -109,8 +115,11 @@ class ToleranceBreachNotifier(BaseNotifier):
             "task_id": getattr(ti, "task_id", None),
             "link": getattr(ti, "log_url", None),
         }
+        masked: dict[str, Any] = mask_secrets(details, by_key=False)
+        return masked
 
     def text(self, details: Mapping[str, Any]) -> str:
+        """The message people read, masked whatever ``details`` a caller passed."""
         lines = [
             f"Tolerance breached in pipeline {details['pipeline'] or '?'}: "
             f"error rate {_rate(details['error_rate'])} (limit {_rate(details['max_error_rate'])}), "
@@ -144,7 +153,7 @@ class ToleranceBreachNotifier(BaseNotifier):
             lines.append(f"Dead letter queue: {details['dlq_topic']}{of}")
         if details["link"]:
             lines.append(f"Run: {details['link']}")
-        return "\n".join(lines)
+        return mask_text("\n".join(lines))
 
     def payload(self, details: Mapping[str, Any]) -> dict[str, Any]:
         """A Slack incoming-webhook message; other receivers read the ``kerr`` object."""
@@ -152,7 +161,7 @@ class ToleranceBreachNotifier(BaseNotifier):
         return {
             "text": text.splitlines()[0],
             "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}],
-            "kerr": {"event": "tolerance_breach", **details},
+            "kerr": mask_secrets({"event": "tolerance_breach", **details}, by_key=False),
         }
 
     def send_webhook(self, payload: Mapping[str, Any]) -> bool:
@@ -163,16 +172,19 @@ class ToleranceBreachNotifier(BaseNotifier):
                 response = httpx.post(self.webhook_url, json=payload, timeout=self.webhook_timeout_s)
                 if response.status_code < 400:
                     return True
-                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                problem = f"HTTP {response.status_code}: {mask_text(response.text[:200])}"
                 retry = response.status_code in WEBHOOK_RETRY_STATUSES
             except httpx.HTTPError as exc:
-                problem, retry = f"{type(exc).__name__}: {exc}", True
+                problem, retry = mask_text(f"{type(exc).__name__}: {exc}"), True
             self.log.warning("tolerance webhook attempt %d/%d failed: %s", attempt, self.webhook_attempts, problem)
             if not retry:
                 break
             if attempt < self.webhook_attempts:
                 time.sleep(self.webhook_backoff_s * attempt)
-        self.log.error("tolerance webhook to %s was not delivered; the alert is only in this log", self.webhook_url)
+        # The host only: a webhook URL's path is its credential (Slack's /services/T…/B…/<secret>).
+        self.log.error(
+            "tolerance webhook to %s was not delivered; the alert is only in this log", httpx.URL(self.webhook_url).host
+        )
         return False
 
     def send_email(self, details: Mapping[str, Any], text: str) -> bool:
@@ -190,7 +202,7 @@ class ToleranceBreachNotifier(BaseNotifier):
                 )
             return True
         except Exception as exc:  # smtplib and the hook raise many unrelated types
-            self.log.error("tolerance email to %s failed: %s", self.email_to, exc)
+            self.log.error("tolerance email to %s failed: %s", self.email_to, mask_text(str(exc)))
             return False
 
     def notify(self, context: Context) -> None:

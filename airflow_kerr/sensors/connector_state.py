@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
 from airflow_kerr.connect.errors import TRANSIENT_ERRORS, KafkaConnectError
 from airflow_kerr.connect.status import STATES, ConnectorTarget, StatusWatch
+from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.triggers.base import defer_sensor
 from airflow_kerr.triggers.connector_state import ConnectorStateTrigger
@@ -76,9 +77,11 @@ class ConnectorStateSensor(BaseSensorOperator):
             self._watch = StatusWatch({self.connector: self.target})
         fatal = self._watch.record(self.connector, reading)
         if fatal:
-            raise AirflowException(f"{self.connector}: {fatal}")
+            raise AirflowException(mask_text(f"{self.connector}: {fatal}"))
         if not self._watch.pending:
-            return PokeReturnValue(is_done=True, xcom_value=self._watch.statuses[self.connector])
+            # Connect's task traces are Java stack traces, which may quote a client's configuration.
+            status = mask_secrets(self._watch.statuses[self.connector], by_key=False)
+            return PokeReturnValue(is_done=True, xcom_value=status)
         self.log.info("%s: waiting for %s: %s", self.connector, self.target.state, self._watch.pending[self.connector])
         return False
 
@@ -99,10 +102,10 @@ class ConnectorStateSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger: the status that met the target, or the reason it was not met."""
         if event.get("status") == "success":
-            return event["statuses"][self.connector]
+            return mask_secrets(event["statuses"][self.connector], by_key=False)
         if event.get("status") == "timeout":
             why = "; ".join(event.get("pending", {}).values())
             raise AirflowSensorTimeout(
                 f"{self.connector} did not read {self.target.state} within {self.timeout:g} s: {why}"
             )
-        raise AirflowException(f"{self.connector}: {event.get('message')}")
+        raise AirflowException(mask_text(f"{self.connector}: {event.get('message')}"))

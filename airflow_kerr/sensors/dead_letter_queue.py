@@ -9,6 +9,7 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
+from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.dead_letters import (
     SINCE_TASK_START,
@@ -29,7 +30,9 @@ class DeadLetterQueueSensor(BaseSensorOperator):
     ``group:<id>`` (what that consumer group has not consumed yet), or explicit
     offsets ``{partition: offset}``. The result (XCom) holds the count and a sample of
     the newest records parsed with the errors core: stage, exception class and
-    message, and the source topic, partition and offset.
+    message, and the source topic, partition and offset. Credentials an exception message
+    quotes are masked (:mod:`airflow_kerr.errors.masking`) in the XCom, the log and the
+    failure message, since each is read by people who may not read the connection.
 
     :param deferrable: wait on the triggerer instead of occupying a worker slot.
     """
@@ -86,8 +89,8 @@ class DeadLetterQueueSensor(BaseSensorOperator):
             self.log.info("%s gained %d of %d records", self.topic, growth.count, self.min_records)
             return False
         sample = newest_dead_letters(config, self.topic, growth, self.sample_size)
-        result = dead_letter_result(self.topic, growth, sample)
-        self.log.info("%s gained %d records; newest: %s", self.topic, growth.count, sample[:1])
+        result = mask_secrets(dead_letter_result(self.topic, growth, sample), by_key=False)
+        self.log.info("%s gained %d records; newest: %s", self.topic, growth.count, result["sample"][:1])
         return PokeReturnValue(is_done=True, xcom_value=result)
 
     def execute(self, context: Context) -> Any:
@@ -110,7 +113,7 @@ class DeadLetterQueueSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == "tripped":
             self.log.info("%s gained %d records", self.topic, event["result"]["count"])
-            return event["result"]
+            return mask_secrets(event["result"], by_key=False)
         if event.get("status") == "timeout":
             raise AirflowSensorTimeout(f"{self.topic} gained only {event.get('count')} of {self.min_records} records")
-        raise AirflowException(event.get("message", f"DLQ trigger failed: {event}"))
+        raise AirflowException(mask_text(str(event.get("message", f"DLQ trigger failed: {event}"))))

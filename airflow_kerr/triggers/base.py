@@ -11,6 +11,8 @@ from typing import Any, ClassVar, NoReturn
 from airflow.sdk import BaseOperator, BaseSensorOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_kerr.errors.masking import mask_secrets
+
 
 class KwargsTrigger(BaseTrigger):
     """A trigger rebuilt by the triggerer from ``serialize()``: classpath + ``{field: value}``.
@@ -60,6 +62,13 @@ class PollingTrigger(KwargsTrigger):
     def error_event(self, error: Exception) -> dict[str, Any]:
         return {"status": "error", "message": str(error)}
 
+    @staticmethod
+    def event(payload: dict[str, Any]) -> TriggerEvent:
+        """The event for ``payload``, credentials masked: the payload leaves the process (the task's resume
+        arguments, the metadata database, the UI), and it quotes exception text a dead letter or client carried.
+        Its keys are data (exception classes, partitions), so only the text rule applies."""
+        return TriggerEvent(mask_secrets(payload, by_key=False))
+
     def timeout_event(self) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -70,14 +79,14 @@ class PollingTrigger(KwargsTrigger):
                 try:
                     answer = await self.poll()
                 except Exception as exc:
-                    yield TriggerEvent(self.error_event(exc))
+                    yield self.event(self.error_event(exc))
                     return
                 if answer is not None:
-                    yield TriggerEvent(answer)
+                    yield self.event(answer)
                     return
                 remaining = None if self.deadline is None else self.deadline - time.time()
                 if remaining is not None and remaining <= 0:
-                    yield TriggerEvent(self.timeout_event())
+                    yield self.event(self.timeout_event())
                     return
                 self.log.info("%s", self.progress())
                 await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
