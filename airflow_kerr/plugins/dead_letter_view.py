@@ -7,6 +7,13 @@ Airflow's own authentication (the UI's session cookie or a bearer token) and ask
 Airflow's auth manager whether the user may read the Kafka connection the view reads
 through: whoever may read that connection may read its topics anyway.
 
+Every answer, errors included, goes through the one masking rule
+(:mod:`airflow_kerr.errors.masking`): a dead letter's exception message may quote a key, a
+password or a token, and the page is read by people the connection's secrets were not
+given to. A request the view cannot serve because of what it asks for (an unknown or
+non-Kafka connection, a bad topic, selection or cursor) is answered with a 4xx naming the
+parameter, its value and what is accepted, never with a 5xx.
+
 What the routes read comes from :mod:`airflow_kerr.kafka.dead_letter_inspection`: headers
 rather than a consumer group's position, a bounded amount per request, nothing ever
 committed. The page adds the summary's chunks up itself, so the first figures show
@@ -26,6 +33,7 @@ headers), ``dead_letter_view_conn_id`` (default ``kafka_default``) and
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -41,6 +49,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from airflow_kerr.errors.dead_letter import is_topic_name, shown
+from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.kafka.dead_letter_inspection import (
     InvalidSelection,
     Selection,
@@ -61,6 +70,12 @@ MAX_SUMMARY_RECORDS = 500_000
 MAX_SUMMARY_SECONDS = 2.0
 MAX_SAMPLES = 100
 SELECTION_KEYS = ("exception_class", "stage", "source_topic", "pipeline", "start", "end")
+#: Airflow keeps connection ids in a 250-character column; a control character is in no id (and a NUL
+#: makes the environment-variable lookup raise).
+MAX_CONN_ID_CHARS = 250
+#: A consumer group id the backlog route looks up: any printable text Kafka takes, within reason.
+MAX_GROUP_CHARS = 1000
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -82,12 +97,38 @@ class ViewSettings:
         )
 
 
+class UnusableConnection(ValueError):
+    """The connection exists but the view cannot read Kafka through it; the message says what is missing."""
+
+
 def _kafka_config(kafka_config_id: str) -> dict[str, Any]:
     """The connection's librdkafka settings, as the replay operator reads them (imported here: the hook needs
-    Airflow's provider stack, which the api-server has loaded by the time a request arrives)."""
+    Airflow's provider stack, which the api-server has loaded by the time a request arrives).
+
+    The connection is checked first, so a request naming ``spark_default`` or a ``kafka``
+    connection without ``bootstrap.servers`` learns which and why, rather than getting the
+    hook's bare ``ValueError`` as a 500.
+    """
     from airflow_kerr.hooks.kafka import KafkaClusterHook
 
-    return KafkaClusterHook(kafka_config_id=kafka_config_id).client_config()
+    hook = KafkaClusterHook(kafka_config_id=kafka_config_id)
+    connection = hook.get_connection(kafka_config_id)
+    named = f"kafka_config_id={shown(kafka_config_id)}"
+    if connection.conn_type != "kafka":
+        raise UnusableConnection(
+            f"{named}: a {connection.conn_type or 'typeless'!r} connection; the DLQ view reads through a 'kafka' "
+            "connection (the apache-kafka provider's type: extra JSON = librdkafka config with bootstrap.servers)"
+        )
+    extra = connection.extra_dejson
+    if not isinstance(extra, dict) or not extra.get("bootstrap.servers"):
+        raise UnusableConnection(
+            f"{named}: its extra has no 'bootstrap.servers'; expected the cluster's librdkafka config as JSON, "
+            'e.g. {"bootstrap.servers": "broker:9092"}'
+        )
+    try:
+        return hook.client_config()
+    except (ValueError, TypeError, ImportError) as error:  # the hook's checks and its callback imports
+        raise UnusableConnection(f"{named}: the connection's config cannot be used: {error}") from None
 
 
 async def kafka_config_for(
@@ -98,6 +139,12 @@ async def kafka_config_for(
     from airflow.api_fastapi.app import get_auth_manager
 
     conn_id = kafka_config_id or ViewSettings.from_airflow().kafka_config_id
+    if len(conn_id) > MAX_CONN_ID_CHARS or _CONTROL.search(conn_id):
+        raise HTTPException(
+            400,
+            f"kafka_config_id={shown(conn_id)}: not a connection id "
+            f"(expected at most {MAX_CONN_ID_CHARS} characters, none a control character)",
+        )
     if not get_auth_manager().is_authorized_connection(
         method="GET", details=ConnectionDetails(conn_id=conn_id), user=user
     ):
@@ -106,8 +153,10 @@ async def kafka_config_for(
         return await run_in_threadpool(_kafka_config, conn_id)
     except AirflowNotFoundException:
         raise HTTPException(
-            404, f"kafka_config_id={conn_id!r}: no such connection; create a 'kafka' connection of that id"
+            404, f"kafka_config_id={shown(conn_id)}: no such connection; create a 'kafka' connection of that id"
         ) from None
+    except UnusableConnection as error:
+        raise HTTPException(400, str(error)) from None
 
 
 KafkaConfig = Annotated[dict[str, Any], Depends(kafka_config_for)]
@@ -117,6 +166,13 @@ def _topic(topic: str) -> str:
     if not is_topic_name(topic):
         raise HTTPException(400, f"topic={shown(topic)}: not a Kafka topic name (1-249 of [a-zA-Z0-9._-])")
     return topic
+
+
+def _shown(answer: dict[str, Any]) -> dict[str, Any]:
+    """A route's answer as it leaves: every string masked. Its keys are data (topics, exception classes,
+    partitions), so only the text rule applies; record values were masked by key when decoded."""
+    masked: dict[str, Any] = mask_secrets(answer, by_key=False)
+    return masked
 
 
 def _selection(request: Request) -> Selection:
@@ -183,7 +239,7 @@ async def settings(user: GetUserDep) -> dict[str, Any]:
 async def topics(kafka_config: KafkaConfig) -> dict[str, Any]:
     """The configured DLQ topics and those found by their error headers."""
     found = await _read(list_dead_letter_queues, kafka_config, ViewSettings.from_airflow().dead_letter_topics)
-    return {"topics": [topic.to_dict() for topic in found]}
+    return _shown({"topics": [topic.to_dict() for topic in found]})
 
 
 @app.get("/api/topics/{topic}/summary")
@@ -205,16 +261,20 @@ async def summary(
         max_records=max_records,
         max_seconds=max_seconds,
     )
-    return dict(chunk.to_dict())
+    return _shown(dict(chunk.to_dict()))
 
 
 @app.get("/api/topics/{topic}/backlog")
 async def backlog(topic: str, kafka_config: KafkaConfig, group: str) -> dict[str, Any]:
     """How many records a replay group has not read yet (its committed offsets; the group is never joined)."""
-    if not group.strip():
-        raise HTTPException(400, "group='': expected the replay's consumer group id")
+    if not group.strip() or len(group) > MAX_GROUP_CHARS or _CONTROL.search(group):
+        raise HTTPException(
+            400,
+            f"group={shown(group)}: expected the replay's consumer group id "
+            f"(1-{MAX_GROUP_CHARS} characters, not only spaces, no control character)",
+        )
     backlog = await _read(unread_for_group, kafka_config, _topic(topic), group)
-    return dict(backlog.to_dict())
+    return _shown(dict(backlog.to_dict()))
 
 
 @app.get("/api/topics/{topic}/samples")
@@ -226,7 +286,7 @@ async def samples(
 ) -> dict[str, Any]:
     """The newest dead letters matching the selection, decoded, with secrets masked."""
     sample = await _read(sample_dead_letters, kafka_config, _topic(topic), selection=_selection(request), limit=limit)
-    return dict(sample.to_dict())
+    return _shown(dict(sample.to_dict()))
 
 
 @app.exception_handler(HTTPException)
@@ -236,7 +296,8 @@ async def readable_errors(request: Request, error: HTTPException) -> JSONRespons
         return HTMLResponse(
             "<p>Sign in to Airflow first, then open <em>Dead letters</em> from its menu.</p>", status_code=401
         )
-    return JSONResponse({"detail": error.detail}, status_code=error.status_code)
+    detail = mask_text(error.detail) if isinstance(error.detail, str) else mask_secrets(error.detail, by_key=False)
+    return JSONResponse({"detail": detail}, status_code=error.status_code)
 
 
 class DeadLetterViewPlugin(AirflowPlugin):
