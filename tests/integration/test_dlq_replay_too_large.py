@@ -41,7 +41,7 @@ def create(kafka_config: dict[str, Any], name: str, max_message_bytes: int | Non
     return name
 
 
-def lineage(dlq: str, offset: int) -> list[tuple[str, bytes | None]]:
+def lineage(dlq: str, offset: int) -> list[tuple[str, str | bytes | None]]:
     """The headers a replayed record of ``dlq`` partition 0 carries (the DLQ records have no headers of their own)."""
     return [
         (HEADER_REPLAY_COUNT, b"1"),
@@ -50,7 +50,9 @@ def lineage(dlq: str, offset: int) -> list[tuple[str, bytes | None]]:
     ]
 
 
-def value_for(size: int, key: bytes, headers: list[tuple[str, bytes | None]], measure: Callable[..., int]) -> bytes:
+def value_for(
+    size: int, key: bytes, headers: list[tuple[str, str | bytes | None]], measure: Callable[..., int]
+) -> bytes:
     """A value that makes the replayed record exactly ``size`` bytes as ``measure`` counts them."""
     length = size - measure(key, b"", headers)
     while measure(key, b"v" * length, headers) > size:  # length varints grew with the value
