@@ -117,6 +117,8 @@ class DeadLetterQueueRecord:
     headers: list[Header]
     timestamp: int | None
     partition: int | None = None
+    #: ``topic/partition/offset`` of the failed record, for messages about this DLQ write (not written).
+    source: str | None = field(default=None, compare=False)
 
     def produce_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for confluent-kafka ``Producer.produce``."""
@@ -258,6 +260,7 @@ def build_dead_letter_record(
         value=record.value if copy_record else None,
         headers=headers,
         timestamp=timestamp,
+        source=f"{record.topic}/{record.partition}/{record.offset}",
     )
 
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kerr.errors import (
+    DeadLetterQueueRecord,
     DeadLetterQueueReporter,
     ErrorHandlingConfig,
     ErrorMetrics,
@@ -107,7 +108,7 @@ class PartitionProcessor:
         self.run_id = run_id
         self.config: ErrorHandlingConfig = spec.validate()
         self.metrics = ErrorMetrics()
-        self.channel = ProducerChannel(spec.kafka)
+        self.channel = ProducerChannel(spec.kafka, on_omitted=self._dead_letter_omitted)
         self.key_converter = make_converter(spec.key_converter, Stage.KEY_CONVERTER)
         self.value_converter = make_converter(spec.value_converter, Stage.VALUE_CONVERTER)
         self.transformations = [make_transformation(path) for path in spec.transformations]
@@ -138,6 +139,14 @@ class PartitionProcessor:
         self.last_offset: int | None = None
         self.topic = ""
         self.partition = -1
+
+    def _dead_letter_omitted(self, record: DeadLetterQueueRecord, why: str) -> None:
+        """A DLQ record was too large for Kafka and went without the failed record's key and value.
+
+        Counted in ``deadletterqueue-produce-failures``, as Connect counts a DLQ send that failed:
+        the DLQ does not hold the record as the contract says, and the metric is what alerts.
+        """
+        self.metrics.record_dlq_produce_failed()
 
     def process(self, batch: Any) -> None:
         """Run every stage over one Arrow batch of source records."""

@@ -9,9 +9,12 @@ past a record that was not written.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,32 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import DeadLetterQueueRecord
+from airflow_kerr.kafka.record_size import batch_size, is_size_error, message_max_bytes, record_size
 from airflow_kerr.spark.spec import SinkSpec
 from airflow_kerr.spark.stages import PipelineRecord
+
+LOG = logging.getLogger("airflow_kerr.spark.sinks")
+
+#: Marks a DLQ record written without the failed record's key and value, because with them it was too large
+#: for Kafka; its value says why and where the record is (``too_large: ...; key and value of t/p/o omitted``).
+#: Our own namespace, not ``__connect.errors.``: readers that rank a record's header set by that prefix
+#: (ours included) would take an extra name there for Connect's set, even on a KIP-1191 (``__dlq.errors.``) record.
+HEADER_RECORD_OMITTED = "__kerr.dlq.record.omitted"
+
+#: Called once for every DLQ record written without key and value: the record as built, and why.
+OnOmitted = Callable[[DeadLetterQueueRecord, str], None]
+
+
+def without_record(record: DeadLetterQueueRecord, why: str) -> DeadLetterQueueRecord:
+    """The DLQ record without the failed record's key and value: its headers, and a marker saying why and where.
+
+    Like a KIP-1191 headers-only record (``copy.record.enable=false``), it carries no key or
+    value, so a replay parks it (``no_content``) rather than write an empty record back; the
+    failed record itself is still in its source topic at the coordinates the marker names.
+    """
+    where = record.source or "the failed record"
+    marker = f"too_large: {why}; key and value of {where} omitted".encode("utf-8", errors="backslashreplace")
+    return replace(record, key=None, value=None, headers=[*record.headers, (HEADER_RECORD_OMITTED, marker)])
 
 
 class DeliveryFailed(KafkaException):
@@ -37,10 +64,22 @@ def encode_value(value: Any) -> bytes | None:
 
 
 class ProducerChannel:
-    """One idempotent producer per partition task; delivery errors are kept and raised at flush."""
+    """One idempotent producer per partition task; delivery errors are kept and raised at flush.
 
-    def __init__(self, kafka_config: Mapping[str, Any], flush_timeout_s: float = 60.0) -> None:
+    A DLQ record too large for Kafka (refused by the client at ``produce()`` or by the broker
+    in its delivery report) is written again without the failed record's key and value
+    (:func:`without_record`), and ``on_omitted`` told so (the job counts it as a failed DLQ
+    write); only if that smaller record is refused too does the task fail.
+    """
+
+    def __init__(
+        self, kafka_config: Mapping[str, Any], flush_timeout_s: float = 60.0, on_omitted: OnOmitted | None = None
+    ) -> None:
         self.failures: list[tuple[str, KafkaError]] = []
+        #: DLQ records the broker refused for their size, written again without key and value at the next flush.
+        self.oversized: list[tuple[DeadLetterQueueRecord, KafkaError]] = []
+        self.on_omitted = on_omitted
+        self.message_max_bytes = message_max_bytes(kafka_config)
         self.flush_timeout_s = flush_timeout_s
         self.producer = Producer(
             {
@@ -66,11 +105,56 @@ class ProducerChannel:
                 self.producer.poll(0.1)
 
     def send_dead_letter(self, record: DeadLetterQueueRecord) -> None:
-        self.produce(**record.produce_kwargs())
+        """Queue a DLQ record; one the client refuses for its size is queued without key and value instead.
+
+        Raises what ``produce()`` raised when the record is refused otherwise, or refused even without them.
+        """
+        try:
+            self.produce(**record.produce_kwargs(), on_delivery=partial(self._dead_letter_delivered, record, False))
+        except KafkaException as error:
+            if not is_size_error(error):
+                raise
+            size = record_size(record.key, record.value, record.headers)
+            self._write_without_record(record, f"{size:,} bytes > {self.message_max_bytes:,}")
+
+    def _write_without_record(self, record: DeadLetterQueueRecord, why: str) -> None:
+        smaller = without_record(record, why)
+        self.produce(**smaller.produce_kwargs(), on_delivery=partial(self._dead_letter_delivered, smaller, True))
+        LOG.error(
+            "Could not produce message to dead letter queue. topic=%s: the record was too large (%s); wrote it "
+            "without the failed record's key and value (%s: %s)",
+            record.topic,
+            why,
+            HEADER_RECORD_OMITTED,
+            smaller.headers[-1][1].decode() if smaller.headers[-1][1] else "",
+        )
+        if self.on_omitted is not None:
+            self.on_omitted(record, why)
+
+    def _dead_letter_delivered(
+        self, record: DeadLetterQueueRecord, omitted: bool, error: KafkaError | None, message: Any
+    ) -> None:
+        """A DLQ record's delivery report (errors only): a size refusal is written again at flush, once."""
+        if error is None:
+            return
+        if is_size_error(error) and not omitted:
+            self.oversized.append((record, error))
+        else:
+            self.failures.append((message.topic(), error))
 
     def flush(self) -> None:
-        """Wait for every queued record; raise DeliveryFailed naming the topics that refused records."""
+        """Wait for every queued record; raise DeliveryFailed naming the topics that refused records.
+
+        DLQ records the broker refused for their size are written again without key and value
+        first, and waited for too.
+        """
         remaining = self.producer.flush(self.flush_timeout_s)
+        if self.oversized and not remaining:
+            refused, self.oversized = self.oversized, []
+            for record, error in refused:
+                size = batch_size(record.key, record.value, record.headers)
+                self._write_without_record(record, f"{size:,} bytes refused by the broker ({error.str()})")
+            remaining = self.producer.flush(self.flush_timeout_s)
         if remaining:
             raise DeliveryFailed(
                 KafkaError(KafkaError._TIMED_OUT, f"{remaining} records not delivered within {self.flush_timeout_s} s")
