@@ -36,10 +36,10 @@ FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 
 @pytest.fixture(scope="module")
 def dlq(kafka_bootstrap: str) -> str:
-    """A small DLQ (three dead letters) for the routes to read, written once for the module."""
+    """A small DLQ (four dead letters) for the routes to read, written once for the module."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    config = {"bootstrap.servers": kafka_bootstrap}
+    config: dict[str, Any] = {"bootstrap.servers": kafka_bootstrap}
     topic = f"view-requests-{uuid.uuid4().hex[:8]}.dlq"
     admin = AdminClient(config)
     for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
