@@ -177,3 +177,20 @@ def test_no_secret_leaves_through_any_exit(
             assert_hidden("the notifier's webhook body", notifier.payload(details), hidden)
     finally:
         asyncio.run(stream.aclose())
+
+
+def test_a_kafka_connections_secrets_are_registered_with_airflows_log_masker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow hides a connection's extras by its own names, which miss Kafka's PEM and JAAS settings; the hook
+    registers every value our rule calls secret, so task logs print ``***`` for them."""
+    from airflow.sdk._shared.secrets_masker import redact
+
+    from airflow_kerr.hooks.kafka import KafkaClusterHook
+
+    pem = "-----BEGIN PRIVATE KEY-----\nZqPEMbodyNeverLogged\n-----END PRIVATE KEY-----"
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="ZqJaas1";'
+    extra = {"bootstrap.servers": "broker:9092", "ssl.key.pem": pem, "sasl.jaas.config": jaas, "client.id": "kerr"}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_SECRETS", json.dumps({"conn_type": "kafka", "extra": extra}))
+    config = KafkaClusterHook(kafka_config_id="kafka_secrets").client_config()
+    logged = redact(f"config: {config['ssl.key.pem']} / {config['sasl.jaas.config']} / {config['client.id']}")
+    assert "ZqPEMbodyNeverLogged" not in logged and "ZqJaas1" not in logged
+    assert "kerr" in logged, "a public setting stays readable"
