@@ -315,14 +315,22 @@ class DlqReplay:
     def plan(
         self, committed: Mapping[int, int], marks: Mapping[int, tuple[int, int]], partitions: list[int]
     ) -> ReplayPlan:
-        """Start at the committed offset (or the partition start), clipped to the offset range."""
+        """Start at the committed offset (or the partition start), clipped to the offset range.
+
+        A committed offset below the log start offset means retention deleted dead letters
+        this group never read: they cannot be replayed, so the plan counts them (``expired``)
+        rather than moving past them unsaid.
+        """
         selection = self.options.selection
         starts: dict[int, int] = {}
         ends: dict[int, int] = {}
+        expired: dict[int, int] = {}
         for p in partitions:
             low, high = marks[p]
-            start = committed.get(p, -1)
-            start = max(low if start < 0 else start, low, selection.start_offset or 0)
+            position = committed.get(p, -1)
+            if 0 <= position < low:
+                expired[p] = low - position
+            start = max(low if position < 0 else position, low, selection.start_offset or 0)
             end = high if selection.end_offset is None else min(high, selection.end_offset)
             starts[p], ends[p] = min(start, end), end
         return ReplayPlan(
@@ -331,6 +339,7 @@ class DlqReplay:
             ends,
             self.transactional_id(partitions),
             not self._topic_exists(self.options.parking_topic),
+            expired,
         )
 
     def transactional_id(self, partitions: Sequence[int]) -> str:
@@ -447,7 +456,17 @@ class DlqReplay:
             total=plan.total,
             start_offsets=dict(plan.start_offsets),
             end_offsets=dict(plan.end_offsets),
+            expired=sum(plan.expired.values()),
         )
+        if plan.expired:
+            lost = sorted(plan.expired.items())
+            where = ", ".join(f"partition {p}: {n} before offset {marks[p][0]}" for p, n in lost)
+            note = (
+                f"{summary.expired} dead letters of {o.dlq_topic} were deleted by the topic's retention before "
+                f"group {o.group_id} read them ({where}); they cannot be replayed"
+            )
+            summary.notes.append(note)
+            self.log.warning("%s", note)
         self._prepare_parking(plan, summary)
         self.log.info(
             "replaying %s (partitions %s, %d records to read) with group %s, transactional.id %s%s",

@@ -27,6 +27,9 @@ class ReplayPlan:
     end_offsets: dict[int, int]
     transactional_id: str
     create_parking_topic: bool = False
+    #: Per partition, dead letters the DLQ's retention deleted before this group read them:
+    #: the group's committed offset lies below the partition's log start offset.
+    expired: dict[int, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -65,6 +68,8 @@ class ReplaySummary:
     dropped: int = 0
     #: Records too large even to park without their value: not written anywhere, logged with their DLQ coordinates.
     dropped_too_large: int = 0
+    #: Dead letters retention deleted from the DLQ after the group's last run and before this one read them.
+    expired: int = 0
     skipped: int = 0
     transactions: int = 0
     aborted_batches: int = 0

@@ -654,3 +654,31 @@ def test_a_batch_that_keeps_aborting_fails_with_the_group_left_in_place(
 
     assert made[0].calls["abort_transaction"] == 3
     assert committed(kafka_config, f"kerr-replay.{topics.dlq}", topics.dlq, 2) == {0: -1001, 1: -1001}
+
+
+def test_dead_letters_retention_deleted_before_the_group_read_them_are_counted_and_named(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """The group's committed offset lies below the log start: the run says how many were lost, and where.
+
+    Retention is stood in for by DeleteRecords (what retention does to the log start offset, at once).
+    """
+    from confluent_kafka.admin import AdminClient
+
+    source, dlq = create_topic(unique_topic, 2), create_topic(f"{unique_topic}.dlq", 1)
+    create_topic(f"{unique_topic}.dlq.parked", 1)
+    write_dlq(kafka_config, dlq, source, 4)
+    assert replay(kafka_config, run_id="first", dlq_topic=dlq).replayed == 4
+    write_dlq(kafka_config, dlq, source, 6, start=4)
+    admin = AdminClient(kafka_config)
+    for future in admin.delete_records([TopicPartition(dlq, 0, 7)]).values():
+        future.result(timeout=30)
+
+    second = replay(kafka_config, run_id="second", dlq_topic=dlq)
+
+    assert (second.expired, second.replayed, second.start_offsets) == (3, 3, {0: 7})
+    assert f"3 dead letters of {dlq} were deleted by the topic's retention" in " ".join(second.notes)
+    assert "partition 0: 3 before offset 7" in " ".join(second.notes)
+    assert second.to_dict()["expired"] == 3
+    landed = [m for m in read_all(kafka_config, source) if header(m, HEADER_REPLAY_RUN) == b"second"]
+    assert sorted(m.key() for m in landed) == [b"o-7", b"o-8", b"o-9"]
