@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from airflow_kerr.local.broker import (
+    LOCAL_CLIENT_CONFIG,
     BrokerUnavailable,
     LocalBroker,
     broker_binary,
@@ -266,8 +267,10 @@ def test_kerr_cli_up_status_down(tmp_path: Path) -> None:
     printed = dict(
         line.strip().split("=", 1) for line in started.stdout.splitlines() if line.strip().startswith("AIRFLOW_CONN_")
     )
+    # The embedded noida-db's clients get librdkafka's largest receive limit (LOCAL_CLIENT_CONFIG), to read large DLQs.
     assert json.loads(printed["AIRFLOW_CONN_KAFKA_DEFAULT"].strip("'"))["extra"] == {
-        "bootstrap.servers": state["broker"]["bootstrap_servers"]
+        "bootstrap.servers": state["broker"]["bootstrap_servers"],
+        **(LOCAL_CLIENT_CONFIG if state["broker"]["kind"] == "noida" else {}),
     }
     assert json.loads(printed["AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT"].strip("'"))["port"] == state["connect"]["port"]
     assert json.loads(printed["AIRFLOW_CONN_SPARK_DEFAULT"].strip("'")) == {"conn_type": "spark", "host": "local[2]"}
