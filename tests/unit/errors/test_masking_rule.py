@@ -11,7 +11,6 @@ The same cases are pushed through the real exits in
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -240,19 +239,17 @@ def test_key_rule_is_one_rule() -> None:
         assert not is_sensitive_key(key), key
 
 
-def test_a_dlq_summarys_worth_of_text_is_masked_quickly() -> None:
-    """20,000 exception messages (a summary's sample and counts) with colons and equals signs: under a second
-    each way, and text that cannot hold a secret skips the regex work."""
+@pytest.mark.timeout(120)
+def test_large_and_hostile_text_is_masked_in_linear_time() -> None:
+    """A summary's worth of messages, and megabyte inputs shaped to make a backtracking pattern go quadratic.
+
+    No stopwatch here (speed lives in benchmarks/): a quadratic pattern on these inputs
+    takes hours, so the generous timeout catches it on any machine, loaded or not.
+    """
     plain = [f"ValueError: amount=-{i} at 12:{i % 60:02d} in record {i}" for i in range(20_000)]
-    started = time.perf_counter()
     assert mask_secrets(plain) == plain
-    assert time.perf_counter() - started < 1.0
     quiet = ["no separators in this message at all"] * 100_000
-    started = time.perf_counter()
-    mask_secrets(quiet)
-    assert time.perf_counter() - started < 0.5
-    started = time.perf_counter()
-    mask_text("-----BEGIN PRIVATE KEY-----" + "A" * 1_000_000)
-    mask_text("Bearer " * 100_000)
-    mask_text("a" * 1_000_000 + "://" + "b" * 1_000_000)
-    assert time.perf_counter() - started < 1.0
+    assert mask_secrets(quiet) == quiet
+    assert "A" * 100 not in mask_text("-----BEGIN PRIVATE KEY-----" + "A" * 1_000_000)
+    assert mask_text("Bearer " * 100_000).count("Bearer") >= 1
+    assert mask_text("a" * 1_000_000 + "://" + "b" * 1_000_000).startswith("a" * 1000)
