@@ -23,12 +23,15 @@ tree (the broker is its child) use less than 0.3 cores, and records how many cor
 used during the run (``others_cores``): on a shared 2-core machine that is what the figures
 mostly measure. The process's CPU seconds per run are recorded too.
 
-The broker is Tansu by default (``--broker``): noida-db 0.2.3, the embedded default, answers
-a Fetch with every record from the fetch offset to the end of the partition, ignoring
-``fetch.max.bytes`` and ``max.partition.fetch.bytes``; above librdkafka's
-``receive.message.max.bytes`` (100 MB, about 150,000 of these records) the consumer refuses
-the answer and asks again forever, so a 1,000,000-record DLQ cannot be read from it at all.
-``KAFKA_BOOTSTRAP_SERVERS`` runs against an existing cluster instead.
+The broker is the embedded default (noida-db behind ``local/fetch_shim.py``; ``--broker``
+picks another), with the librdkafka settings the local stack's ``kafka_default`` connection
+has (``LocalBroker.client_config``). noida-db 0.2.3 answers a Fetch with every record from
+the fetch offset to the end of the partition, ignoring ``fetch.max.bytes`` and
+``max.partition.fetch.bytes``; above librdkafka's default ``receive.message.max.bytes``
+(100 MB, about 150,000 of these records) the consumer would refuse the answer and ask again
+forever, so the local connection raises that limit to librdkafka's maximum (2 GB): one
+answer then carries the partition's whole backlog. ``--partitions 1`` puts all the dead
+letters in one partition. ``KAFKA_BOOTSTRAP_SERVERS`` runs against an existing cluster instead.
 
 Writes ``benchmarks/results/dlq_summary.json`` and ``dlq_summary.png``.
 
@@ -190,7 +193,7 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--broker", choices=("tansu", "noida"), default="tansu")
+    parser.add_argument("--broker", choices=("tansu", "noida"), default=None, help="default: the embedded default")
     parser.add_argument("--quiet-timeout", type=float, default=600.0, help="seconds to wait for a quiet machine")
     args = parser.parse_args()
 
@@ -198,7 +201,11 @@ def main() -> int:
 
     external = resolve_bootstrap_servers()
     broker = None if external else LocalBroker(kind=args.broker).start()
-    config: dict[str, Any] = {"bootstrap.servers": external or broker.bootstrap_servers}  # type: ignore[union-attr]
+    config: dict[str, Any] = (
+        {"bootstrap.servers": external}
+        if broker is None
+        else {"bootstrap.servers": broker.bootstrap_servers, **broker.client_config}
+    )
     topic = f"bench.dlq_summary.{uuid.uuid4().hex[:8]}.dlq"
     meter = CpuMeter()
     rows: list[dict[str, Any]] = []
@@ -228,7 +235,8 @@ def main() -> int:
         "benchmark": "dlq_summary",
         "records": args.records,
         "partitions": args.partitions,
-        "broker": "KAFKA_BOOTSTRAP_SERVERS" if external else f"embedded {args.broker}",
+        "broker": "KAFKA_BOOTSTRAP_SERVERS" if broker is None else f"embedded {broker.kind}",
+        "client_config": {k: v for k, v in config.items() if k != "bootstrap.servers"},
         "machine": {
             "cores": os.cpu_count(),
             "platform": platform.platform(),
