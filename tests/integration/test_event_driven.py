@@ -197,7 +197,11 @@ def test_the_connections_are_rows_of_the_metadata_db_and_in_no_airflow_process_e
     found = stack.answer(lambda api: api.get("/connections", params={"limit": 100}), None)
     connections = {c["connection_id"]: c for c in found.get("connections", [])}
     assert {"kafka_default", "spark_default", "kafka_connect_default"} <= set(connections), found
-    assert json.loads(connections["kafka_default"]["extra"]) == {"bootstrap.servers": stack.bootstrap_servers}
+    local_settings = stack.ui.broker.client_config if stack.ui.broker is not None else {}
+    assert json.loads(connections["kafka_default"]["extra"]) == {
+        "bootstrap.servers": stack.bootstrap_servers,
+        **local_settings,
+    }, "the embedded broker's clients get its receive limit (LOCAL_CLIENT_CONFIG)"
     connect = connections["kafka_connect_default"]
     assert (connect["conn_type"], connect["host"], connect["port"]) == (
         "kafka_connect",
