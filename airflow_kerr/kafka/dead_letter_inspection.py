@@ -4,9 +4,10 @@ The DLQ view in the Airflow UI (``plugins/dead_letter_view.py``) calls these fun
 import no Airflow so they can be tested against a broker alone. Every function opens its own
 short-lived consumer that only assigns partitions (it never subscribes, so it never joins
 a group and never moves anyone's position), never commits, and is closed before it
-returns. All of them use one throwaway group id per process, :data:`SCRATCH_GROUP`, which
-is never joined and never committed to; only :func:`unread_for_group` names a real group,
-to read its committed offsets.
+returns, except that :func:`summarize` keeps an unfinished scan's consumer for its next
+chunk (:mod:`airflow_kerr.kafka.scan_consumers`). All of them use one throwaway group id
+per process, :data:`SCRATCH_GROUP`, which is never joined and never committed to; only
+:func:`unread_for_group` names a real group, to read its committed offsets.
 
 Each read is bounded (records, seconds, topics), because a DLQ can hold millions of
 records and a page must answer in about a second:
@@ -63,6 +64,7 @@ from airflow_kerr.errors.dead_letter import (
 from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.errors.stage import Stage
 from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, watermarks
+from airflow_kerr.kafka.scan_consumers import SCAN_CONSUMERS, scan_key
 
 #: The key under which records without a value count (no exception class, stage, source topic or pipeline).
 NONE_KEY = "(none)"
@@ -737,9 +739,14 @@ def summarize(
     tally: dict[tuple[Any, ...], int] = {}
     read = malformed = 0
     if todo and max_records > 0:
-        consumer = _consumer(kafka_config)
+        # A consumer kept from the previous chunk of this scan stands at ``nexts`` already
+        # (see :mod:`~airflow_kerr.kafka.scan_consumers`); a miss assigns a new one there.
+        consumer = SCAN_CONSUMERS.take(scan_key(kafka_config, topic, scan.selection, scan.partitions))
+        keep = False
         try:
-            consumer.assign([TopicPartition(topic, p, nexts[p]) for p in sorted(todo)])
+            if consumer is None:
+                consumer = _consumer(kafka_config)
+                consumer.assign([TopicPartition(topic, p, nexts[p]) for p in sorted(todo)])
             deadline = started + max_seconds
             while todo and read < max_records:
                 left = deadline - time.monotonic()
@@ -782,8 +789,13 @@ def summarize(
                             nexts[reached.partition] = min(reached.offset, ends[reached.partition])
                         if nexts[reached.partition] >= ends[reached.partition]:
                             todo.discard(reached.partition)
+            keep = bool(todo)
         finally:
-            consumer.close()
+            if keep and consumer is not None:
+                following_partitions = {p: (nexts[p], ends[p]) for p in nexts}
+                SCAN_CONSUMERS.put(scan_key(kafka_config, topic, scan.selection, following_partitions), consumer)
+            elif consumer is not None:
+                consumer.close()
     counts: dict[str, Counter[str]] = {name: Counter() for name in _TEXT_KEYS}
     timeline: Counter[str] = Counter()
     matched = 0
