@@ -57,6 +57,36 @@ SAMPLE_SOURCE_TOPIC = "orders"
 CONNECTION_VARIABLE_PREFIX = "AIRFLOW_CONN_"
 _HEALTHY_COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 
+#: How often the idle local stack's Airflow wakes up (issue #24: an idle ``make ui`` stack, Kafka side
+#: included, within 0.10 core; ``benchmarks/idle_stack.py --stack ui``). Each: why, and what it costs.
+IDLE_SETTINGS = {
+    # The scheduler loop sleeps this long when it found nothing to do (1 s): a trigger or a finished
+    # task is picked up up to 3 s later, i.e. a run of n sequential tasks may take up to about 2n s longer.
+    "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "3",
+    # Its job's heartbeat row (5 s): health turns unhealthy after 30 s without one, so 15 s stays within it.
+    "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "15",
+    # Pool metrics go to StatsD, which the local stack does not run (5 s): no cost.
+    "AIRFLOW__SCHEDULER__POOL_METRICS_INTERVAL": "60",
+    # A task whose process died unnoticed is failed up to 30 s after its heartbeat times out instead of 10 s.
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "30",
+    # Every DAG file was re-parsed, in a new child process, every 30 s (most of the idle dag-processor's CPU).
+    # A file that changes is still re-parsed within about a second (the default sort mode re-queues a file
+    # newer than its last parse). What now waits up to 2 min: a DAG whose parse reads something outside its
+    # file (a Variable, the kafka_default connection its kafka:// assets read), and the asset watcher of a
+    # DAG just unpaused (dlq_auto_replay's), which starts at the DAG's next parse; "Reparse" does it at once.
+    "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "120",
+    # A new DAG file is found within 30 s (Airflow's default is 300 s): listing one folder is cheap.
+    "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+    # Seven example files: one parsing process at a time is enough (2).
+    "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+    # How often it asks the DB whether a bundle needs refreshing (5 s); a local folder's refresh is the listing above.
+    "AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL": "30",
+    # Parsing statistics in the dag-processor's log every 30 s: every 10 min.
+    "AIRFLOW__DAG_PROCESSOR__PRINT_STATS_INTERVAL": "600",
+    # The triggerer's heartbeat row (5 s): health allows 30 s without one, so 15 s stays within it.
+    "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "15",
+}
+
 
 class LocalUIError(RuntimeError):
     """The local Airflow UI could not be started or did not become ready."""
@@ -110,7 +140,7 @@ def airflow_environment(
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+            **IDLE_SETTINGS,
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
