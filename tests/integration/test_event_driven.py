@@ -171,6 +171,10 @@ def test_the_opt_in_auto_replay_puts_back_only_retriable_dead_letters_as_they_la
     ensure_topics(stack.bootstrap_servers, {"orders.auto": 1})
     with stack.ui.api() as api:
         api.patch("/dags/dlq_auto_replay", json={"is_paused": False}).raise_for_status()
+        # The watcher of a DAG just unpaused starts at its next parse, up to 2 min away on the local stack
+        # (ui.IDLE_SETTINGS): ask for that parse now, as the UI's "Reparse DAG" button does.
+        token = api.get("/dags/dlq_auto_replay").raise_for_status().json()["file_token"]
+        api.put(f"/parseDagFile/{token}").raise_for_status()
     wait_for(
         "the DLQ watcher to start (its cursor group to commit)",
         lambda: stack.watcher_started(DeadLetterQueueEventTrigger(topic="orders.dlq", min_records=1), "orders.dlq"),
