@@ -371,7 +371,10 @@ def main() -> int:
 
     external = resolve_bootstrap_servers()
     broker = None if external else LocalBroker(kind=args.broker).start()
-    config = {"bootstrap.servers": external or broker.bootstrap_servers}  # type: ignore[union-attr]
+    # The local stack's client settings (LOCAL_CLIENT_CONFIG: noida-db's whole-partition fetch answers).
+    config: dict[str, Any] = {"bootstrap.servers": external}
+    if broker is not None:
+        config = {**broker.client_config, "bootstrap.servers": broker.bootstrap_servers}
     stamp = int(time.time())
     source, dlq = f"bench.replay.orders.{stamp}", f"bench.replay.orders.{stamp}.dlq"
     timings: dict[str, list[float]] = {mode: [] for mode in modes}
