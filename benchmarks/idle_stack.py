@@ -336,7 +336,7 @@ def chart(summary: dict[str, Any], path: Path, ui_summary: dict[str, Any] | None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("Idle `kerr local up`", summary, MODES)]
+    panels: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [("Idle `kerr local up`", summary, tuple(MODES))]
     if ui_summary:
         panels.append(("Idle `make ui`", ui_summary, tuple(v for v in UI_VARIANTS if v in ui_summary)))
     figure, axes = plt.subplots(len(panels), 1, figsize=(9, 4 * len(panels)), squeeze=False)
