@@ -114,7 +114,7 @@ class LocalSparkCluster:
                 self._launch(
                     f"worker-{index}",
                     ["org.apache.spark.deploy.worker.Worker", self.master_url, "--host", self.host,
-                     "--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port()),
+                     "--cores", str(self.cores), "--memory", self.memory, "--webui-port", "0",
                      "--work-dir", str(work)],
                 )  # fmt: skip
             self._wait_for_workers()
@@ -124,7 +124,7 @@ class LocalSparkCluster:
         return self
 
     def alive_workers(self) -> int:
-        """How many workers the master lists as ALIVE (its JSON status page)."""
+        """How many workers the master lists as ALIVE (its JSON status page); ValueError when it is not JSON."""
         import json
 
         with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=2) as response:
@@ -148,6 +148,10 @@ class LocalSparkCluster:
                 problem = f"{alive} of {self.workers} workers registered"
             except OSError as exc:
                 problem = str(exc)
+            except ValueError as exc:
+                # Seen once in a fresh-clone run: right after the master's UI bound its port, /json/ answered
+                # the HTML status page. Not ready yet, like no answer; the deadline still bounds the wait.
+                problem = f"the master's /json/ page did not answer JSON ({exc})"
             time.sleep(0.5)
         raise SparkClusterUnavailable(
             f"the Spark master at {self.master_url} did not list {self.workers} workers within "
