@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from airflow_kerr.errors import SourceRecord, Stage
 from airflow_kerr.local.dead_letters import Failure, write_dead_letters
+from tests.clock import RECENT_MS
 
 #: Connections a request may name: one usable, the rest not Kafka ones or without bootstrap.servers.
 CONNECTIONS = {
@@ -45,7 +46,7 @@ def dlq(kafka_bootstrap: str) -> str:
     for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
         future.result(timeout=30)
     failures = [
-        Failure(SourceRecord("orders", 0, i, 1_795_250_000_000 + i, key=b"k", value=b"{bad"), stage, error)
+        Failure(SourceRecord("orders", 0, i, RECENT_MS + i, key=b"k", value=b"{bad"), stage, error)
         for i, (stage, error) in enumerate(
             [(Stage.VALUE_CONVERTER, ValueError("bad json")), (Stage.TRANSFORMATION, KeyError("id"))] * 2
         )

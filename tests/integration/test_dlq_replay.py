@@ -49,10 +49,10 @@ from airflow_kerr.replay.policy import (
     HEADER_REPLAY_SOURCE,
 )
 from airflow_kerr.replay.transactions import ReplayFatalError
+from tests.clock import RECENT_MS
 
 #: An hour ago: the records keep a real event time, well inside the broker's retention (7 days), which
 #: deletes a record whose timestamp is older (noida-db within a second of the write; Apache Kafka within 5 min).
-RECENT_MS = int(time.time() * 1000) - 3_600_000
 
 
 class InvalidOrder(ValueError):

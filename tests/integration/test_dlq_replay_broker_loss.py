@@ -25,10 +25,10 @@ from airflow_kerr.local.broker import LocalBroker
 from airflow_kerr.replay.engine import DlqReplay
 from airflow_kerr.replay.options import ReplayOptions
 from airflow_kerr.replay.transactions import BrokerUnreachable, abort_grace_s
+from tests.clock import RECENT_MS
 
 #: An hour ago: the records keep a real event time, well inside the broker's retention (7 days), which
 #: deletes a record whose timestamp is older (noida-db within a second of the write; Apache Kafka within 5 min).
-RECENT_MS = int(time.time() * 1000) - 3_600_000
 
 BUDGET_S = 4.0
 #: Closing the clients and the thread hand-over, beyond the budget and the abort's grace.

@@ -18,10 +18,10 @@ from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build
 from airflow_kerr.kafka.offsets import end_offsets
 from airflow_kerr.operators.dlq_replay import DeadLetterQueueReplayOperator
 from airflow_kerr.replay.options import InvalidReplayOptions
+from tests.clock import RECENT_MS
 
 #: An hour ago: the records keep a real event time, well inside the broker's retention (7 days), which
 #: deletes a record whose timestamp is older (noida-db within a second of the write; Apache Kafka within 5 min).
-RECENT_MS = int(time.time() * 1000) - 3_600_000
 
 pytestmark = pytest.mark.airflow
 

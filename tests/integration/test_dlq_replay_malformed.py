@@ -8,7 +8,6 @@ completes, parks exactly those records with a reason naming the header, and comm
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,10 +19,10 @@ from airflow_kerr.kafka.offsets import end_offsets, read_to_end
 from airflow_kerr.replay.engine import DlqReplay
 from airflow_kerr.replay.options import ReplayOptions
 from airflow_kerr.replay.policy import HEADER_PARKED_REASON
+from tests.clock import RECENT_MS
 
 #: An hour ago: the records keep a real event time, well inside the broker's retention (7 days), which
 #: deletes a record whose timestamp is older (noida-db within a second of the write; Apache Kafka within 5 min).
-RECENT_MS = int(time.time() * 1000) - 3_600_000
 
 #: Header name, value and the text its parked reason must contain.
 MALFORMED: list[tuple[str, bytes, str]] = [

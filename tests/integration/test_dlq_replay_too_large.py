@@ -30,6 +30,7 @@ from airflow_kerr.replay.policy import (
     HEADER_REPLAY_SOURCE,
 )
 from airflow_kerr.replay.size import batch_size, record_size
+from tests.clock import RECENT_MS
 
 RUN = "run-1"
 
@@ -72,7 +73,7 @@ def write_dlq(
     """DLQ records (with Connect's context headers) of ``source`` records, one per (key, value)."""
     producer = Producer({**kafka_config, "message.max.bytes": 10_000_000, "linger.ms": 5})
     for i, (key, value) in enumerate(records):
-        record = SourceRecord(source, 0, i, 1_795_250_000_000 + i, key=key, value=value, headers=headers or [])
+        record = SourceRecord(source, 0, i, RECENT_MS + i, key=key, value=value, headers=headers or [])
         context = ErrorContext(TaskId("orders_pipeline", 0), Stage.TRANSFORMATION, "mypkg.v", ValueError("bad"), record)
         producer.produce(**build_dead_letter_record(context, topic=dlq).produce_kwargs())
     assert producer.flush(30) == 0
@@ -157,20 +158,34 @@ def test_records_at_the_topics_limit_are_checked_against_the_broker_before_produ
     group_at_end(kafka_config, dlq, summary)
 
 
+def refusals(caplog: pytest.LogCaptureFixture) -> int:
+    """How many batches were aborted because the broker refused a record as too large (the engine's warning)."""
+    return sum("was aborted" in r.getMessage() and "refused by the broker" in r.getMessage() for r in caplog.records)
+
+
 def test_a_record_the_broker_refuses_aborts_once_and_is_parked_on_the_retry(
-    kafka_config: dict[str, Any], unique_topic: str, monkeypatch: pytest.MonkeyPatch
+    kafka_config: dict[str, Any], unique_topic: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The client cannot read the topic's limit: the broker's MESSAGE_TOO_LARGE aborts the batch, not the run."""
+    """The client cannot read the topic's limit: the broker's MESSAGE_TOO_LARGE aborts the batch, not the run.
+
+    The refused batch leaves a gap in the transactional producer's sequence numbers. Whether
+    the abort resets them depends on the broker (an epoch bump, KIP-360): when it does not,
+    the retry's commit fails once more with OUT_OF_ORDER_SEQUENCE_NUMBER and is retried in
+    turn (seen on noida-db in 1 of 5 fresh-clone runs). So the test counts the refusals, not
+    every abort.
+    """
     monkeypatch.setattr(DlqReplay, "_topic_max_message_bytes", lambda self, topic: None)
     source = create(kafka_config, unique_topic, max_message_bytes=20_000)
     dlq = create(kafka_config, f"{unique_topic}.dlq")
     big = value_for(20_001, b"k-1", lineage(dlq, 1), batch_size)
     write_dlq(kafka_config, dlq, source, [(b"k-0", b"small-0"), (b"k-1", big), (b"k-2", b"small-2")])
 
-    summary = replay({**kafka_config, "batch.size": 10_000}, dlq)
+    with caplog.at_level("WARNING", logger="airflow_kerr.replay.engine"):
+        summary = replay({**kafka_config, "batch.size": 10_000}, dlq)
 
     assert (summary.status, summary.replayed, summary.parked, summary.dropped_too_large) == ("completed", 2, 1, 0)
-    assert summary.aborted_batches == 1
+    assert refusals(caplog) == 1, "refused once: the retry parks the record before producing it"
+    assert summary.aborted_batches >= 1
     landed = read_to_end(kafka_config, source, isolation_level="read_committed")
     assert sorted(m.key() for m in landed) == [b"k-0", b"k-2"], "the aborted attempt left nothing visible"
     (parked,) = read_to_end(kafka_config, f"{dlq}.parked", isolation_level="read_committed")
@@ -201,7 +216,13 @@ def test_a_record_too_large_even_to_park_is_dropped_counted_and_logged(
         summary = replay({**kafka_config, "batch.size": 10_000}, dlq)
 
     assert (summary.status, summary.replayed, summary.parked, summary.dropped_too_large) == ("completed", 2, 0, 1)
-    assert summary.aborted_batches == (0 if known_limits else 2)
+    # Refused at the source topic, then (parked without its value, still too large) at the parking topic;
+    # a sequence gap may abort a retry once more (see the test above).
+    assert refusals(caplog) == (0 if known_limits else 2)
+    if known_limits:
+        assert summary.aborted_batches == 0
+    else:
+        assert summary.aborted_batches >= 2
     assert summary.to_dict()["dropped_too_large"] == 1
     landed = read_to_end(kafka_config, source, isolation_level="read_committed")
     assert sorted(m.key() for m in landed) == [b"k-0", b"k-2"]

@@ -33,6 +33,7 @@ from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.sensors.dead_letter_queue import DeadLetterQueueSensor
 from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueTrigger
 from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
+from tests.clock import RECENT_MS
 
 # The generators of the rule's own property test, so both test one list of syntaxes.
 # (The test folders are not packages: imported by path.)
@@ -124,7 +125,7 @@ def test_no_secret_leaves_through_any_exit(
     stream: Any = DeadLetterQueueEventTrigger.create_shared_stream_producer(watch.serialize()[1])
     stream.open()  # a first start: the watch begins at the ends, before the dead letters below
     try:
-        records = [SourceRecord("orders", 0, before + i, 1_795_250_000_000, key=b"k", value=b"{}") for i in range(2)]
+        records = [SourceRecord("orders", 0, before + i, RECENT_MS, key=b"k", value=b"{}") for i in range(2)]
         failures = [
             Failure(record, Stage.TRANSFORMATION, RuntimeError(text))
             for record, (text, _) in zip(records, letters, strict=True)

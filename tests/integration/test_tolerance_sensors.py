@@ -35,10 +35,10 @@ from airflow_kerr.spark.job import run_job
 from airflow_kerr.spark.spec import PipelineSpec
 from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueTrigger
 from airflow_kerr.triggers.tolerance import ToleranceTrigger
+from tests.clock import RECENT_MS
 
 #: An hour ago: the records keep a real event time, well inside the broker's retention (7 days), which
 #: deletes a record whose timestamp is older (noida-db within a second of the write; Apache Kafka within 5 min).
-RECENT_MS = int(time.time() * 1000) - 3_600_000
 
 
 @pytest.fixture
