@@ -46,7 +46,6 @@ from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kerr.errors.config import MASK, ConfigProblem, is_sensitive_key, parse_integer
 from airflow_kerr.errors.dead_letter import (
-    DLQ_HEADER_DELIVERY_COUNT,
     ERROR_HEADER_CONNECTOR_NAME,
     ERROR_HEADER_EXCEPTION,
     ERROR_HEADER_ORIG_OFFSET,
@@ -54,13 +53,17 @@ from airflow_kerr.errors.dead_letter import (
     ERROR_HEADER_ORIG_TOPIC,
     ERROR_HEADER_STAGE,
     ERROR_HEADER_TASK_ID,
-    STREAMS_HEADER_EXCEPTION,
     DeadLetterRecord,
+    HeaderSet,
     RawHeaders,
     is_topic_name,
+    letter_from,
     parse_dead_letter,
     shown,
 )
+from airflow_kerr.errors.dialects import CONNECT as CONNECT_DIALECT
+from airflow_kerr.errors.dialects import HEADER_LESS, header_set_name
+from airflow_kerr.errors.header_reader import display, read_error_headers
 from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.errors.stage import Stage
 from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, watermarks
@@ -99,9 +102,11 @@ SCAN_BATCH = 5_000
 MAX_CURSOR_CHARS = 200_000
 _CURSOR_VERSION = 1
 _STAGE_NAMES = frozenset(Stage.__members__)
+#: The names a dialect is counted and selected by: each header set's, and "none" for header-less records.
+_HEADER_SET_NAMES = (*(h.value for h in HeaderSet), HEADER_LESS)
 #: Query keys of a selection, with their aliases (the page sends ``start``/``end``).
 _TIME_KEYS = {"start_ms": ("start_ms", "start"), "end_ms": ("end_ms", "end")}
-_TEXT_KEYS = ("exception_class", "stage", "source_topic", "pipeline")
+_TEXT_KEYS = ("exception_class", "stage", "source_topic", "pipeline", "header_set")
 _TIME_ACCEPTED = (
     "expected epoch milliseconds (e.g. 1795250000000) or an ISO-8601 time "
     "(e.g. 2026-11-23T10:00:00Z; without a zone it is UTC)"
@@ -156,6 +161,8 @@ class Selection:
     pipeline: str | None = None
     start_ms: int | None = None
     end_ms: int | None = None
+    #: The dialect's name (:class:`HeaderSet` value, or ``"none"`` for header-less records).
+    header_set: str | None = None
 
     @classmethod
     def from_query(cls, mapping: Mapping[str, str | None]) -> Selection:
@@ -178,6 +185,12 @@ class Selection:
             else:
                 names = ", ".join(Stage.__members__)
                 problems.append(ConfigProblem("stage", mapping.get("stage"), f"expected one of {names} or {NONE_KEY}"))
+        header_set = texts["header_set"]
+        if header_set is not None and header_set.lower() not in _HEADER_SET_NAMES:
+            accepted = ", ".join(_HEADER_SET_NAMES)
+            problems.append(ConfigProblem("header_set", mapping.get("header_set"), f"expected one of {accepted}"))
+        elif header_set is not None:
+            texts["header_set"] = header_set.lower()
         times: dict[str, int | None] = {}
         for name, keys in _TIME_KEYS.items():
             times[name] = None
@@ -206,17 +219,27 @@ class Selection:
             pipeline=texts["pipeline"],
             start_ms=start,
             end_ms=end,
+            header_set=texts["header_set"],
         )
 
     def matches(self, letter: DeadLetterRecord, timestamp_ms: int | None) -> bool:
         """Whether a parsed dead letter, written to the DLQ at ``timestamp_ms``, is selected."""
         stage = None if letter.stage is None else letter.stage.value
         return self.matches_time(timestamp_ms) and self.matches_values(
-            letter.exception_class, stage, letter.source_topic, letter.connector_name
+            letter.exception_class,
+            stage,
+            letter.source_topic,
+            letter.connector_name,
+            header_set_name(letter.header_set),
         )
 
     def matches_values(
-        self, exception_class: str | None, stage: str | None, source_topic: str | None, pipeline: str | None
+        self,
+        exception_class: str | None,
+        stage: str | None,
+        source_topic: str | None,
+        pipeline: str | None,
+        header_set: str | None = None,
     ) -> bool:
         """The field part of :meth:`matches`, on the values a summary counts by (``None`` for a missing one)."""
         for wanted, value in (
@@ -224,6 +247,7 @@ class Selection:
             (self.stage, stage),
             (self.source_topic, source_topic),
             (self.pipeline, pipeline),
+            (self.header_set, header_set),
         ):
             if wanted is not None and wanted != (NONE_KEY if value is None else value):
                 return False
@@ -242,7 +266,9 @@ class Selection:
     @property
     def by_values(self) -> bool:
         """Whether any text field is set (else every record matches on values)."""
-        return any(v is not None for v in (self.exception_class, self.stage, self.source_topic, self.pipeline))
+        return any(
+            v is not None for v in (self.exception_class, self.stage, self.source_topic, self.pipeline, self.header_set)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -260,42 +286,55 @@ class Selection:
 class DeadLetterFields:
     """What a summary counts a dead letter by, as :func:`parse_dead_letter` reads it.
 
-    ``malformed`` is true when the record is not a dead letter (no error header set) or
-    a header it was read from could not be used (``DeadLetterRecord.malformed_headers``).
+    ``header_set`` is the dialect's name (``"none"`` for a header-less record). ``malformed``
+    is true when the record is not a dead letter (no dialect's headers) or a header it was
+    read from could not be used (``DeadLetterRecord.malformed_headers``).
     """
 
     exception_class: str | None
     stage: str | None
     source_topic: str | None
     pipeline: str | None
+    header_set: str
     malformed: bool
 
 
-#: Raw field values: (exception class, stage, source topic, pipeline), bytes or text, and malformed.
-_Raw = tuple[bytes | str | None, bytes | str | None, bytes | str | None, bytes | str | None, bool]
+#: Raw field values: (exception class, stage, source topic, pipeline) as bytes or text, the dialect's name, malformed.
+_Raw = tuple[bytes | str | None, bytes | str | None, bytes | str | None, bytes | str | None, str, bool]
 #: Source topic values already checked as topic names, as they arrive (bytes): a DLQ names few.
 _VALID_TOPICS: set[bytes] = set()
 _VALID_TOPICS_KEPT = 4096
+_CONNECT = HeaderSet.CONNECT.value
 
 
 def _fields_of_letter(letter: DeadLetterRecord) -> _Raw:
     stage = None if letter.stage is None else letter.stage.value
     malformed = letter.header_set is None or bool(letter.malformed_headers)
-    return letter.exception_class, stage, letter.source_topic, letter.connector_name, malformed
+    return (
+        letter.exception_class,
+        stage,
+        letter.source_topic,
+        letter.connector_name,
+        header_set_name(letter.header_set),
+        malformed,
+    )
 
 
 def _raw_fields(headers: RawHeaders) -> _Raw:
-    """The counted fields of one record's headers, undecoded when they can be, else via ``parse_dead_letter``.
+    """The counted fields of one record's headers, undecoded when they can be, else as ``parse_dead_letter`` reads them.
 
-    The direct path takes only a record whose Connect source topic, partition and offset
-    headers are present and plainly valid (a checked topic name, short ASCII decimals), whose
-    task id is absent or a short decimal, and that has no KIP-1191 delivery count: for such a
-    record ``parse_dead_letter`` finds no problem and reads the four fields from exactly these
+    Both paths read the headers once through :func:`read_error_headers`. The direct path
+    takes only a Connect record whose source topic, partition and offset headers are present
+    and plainly valid (a checked topic name, short ASCII decimals), whose task id is absent
+    or a short decimal, whose exception class header is there and that carries no other
+    dialect's field header (:attr:`ErrorHeaders.alone`): for such a record
+    ``parse_dead_letter`` finds no problem and reads the four fields from exactly these
     headers (the last of a repeated name wins in both). Everything else is parsed.
     """
-    if type(headers) is not list:
-        return _fields_of_letter(parse_dead_letter(headers, None, None))
-    found = dict(headers)
+    read = read_error_headers(headers)
+    if read.dialect is not CONNECT_DIALECT:
+        return _fields_of_letter(letter_from(read, None, None))
+    found = read.found
     topic = found.get(ERROR_HEADER_ORIG_TOPIC)
     partition = found.get(ERROR_HEADER_ORIG_PARTITION)
     offset = found.get(ERROR_HEADER_ORIG_OFFSET)
@@ -307,19 +346,18 @@ def _raw_fields(headers: RawHeaders) -> _Raw:
         or not (partition.isdigit() and len(partition) < 10)
         or not (offset.isdigit() and len(offset) < 19)
         or (task is not None and not (type(task) is bytes and task.isdigit() and len(task) < 10))
-        or found.get(DLQ_HEADER_DELIVERY_COUNT) is not None
+        or found.get(ERROR_HEADER_EXCEPTION) is None
+        or not read.alone
     ):
-        return _fields_of_letter(parse_dead_letter(headers, None, None))
+        return _fields_of_letter(letter_from(read, None, None))
     if topic not in _VALID_TOPICS:
         if not (topic.isascii() and is_topic_name(topic.decode("ascii"))):
-            return _fields_of_letter(parse_dead_letter(headers, None, None))
+            return _fields_of_letter(letter_from(read, None, None))
         if len(_VALID_TOPICS) >= _VALID_TOPICS_KEPT:
             _VALID_TOPICS.clear()
         _VALID_TOPICS.add(topic)
-    exception_class = found.get(ERROR_HEADER_EXCEPTION)
-    if exception_class is None:
-        exception_class = found.get(STREAMS_HEADER_EXCEPTION)
-    return exception_class, found.get(ERROR_HEADER_STAGE), topic, found.get(ERROR_HEADER_CONNECTOR_NAME), False
+    stage, pipeline = found.get(ERROR_HEADER_STAGE), found.get(ERROR_HEADER_CONNECTOR_NAME)
+    return found.get(ERROR_HEADER_EXCEPTION), stage, topic, pipeline, _CONNECT, False
 
 
 def _text(value: bytes | str | None) -> str | None:
@@ -337,8 +375,10 @@ def _stage_text(value: bytes | str | None) -> str | None:
 
 def dead_letter_fields(headers: RawHeaders) -> DeadLetterFields:
     """The fields a summary counts one record by (decoded); the same as ``parse_dead_letter`` reads."""
-    exception_class, stage, topic, pipeline, malformed = _raw_fields(headers)
-    return DeadLetterFields(_text(exception_class), _stage_text(stage), _text(topic), _text(pipeline), malformed)
+    exception_class, stage, topic, pipeline, header_set, malformed = _raw_fields(headers)
+    return DeadLetterFields(
+        _text(exception_class), _stage_text(stage), _text(topic), _text(pipeline), header_set, malformed
+    )
 
 
 # --------------------------------------------------------------------------------------------- consumers
@@ -769,7 +809,7 @@ def summarize(
                     if offset + 1 >= ends[partition]:
                         todo.discard(partition)
                     read += 1
-                    exception_class, stage, source_topic, pipeline, bad = _raw_fields(message.headers())
+                    exception_class, stage, source_topic, pipeline, header_set, bad = _raw_fields(message.headers())
                     if bad:
                         malformed += 1
                     kind, stamp = message.timestamp()
@@ -781,7 +821,7 @@ def summarize(
                         if by_time and not low_ms <= stamp < high_ms:
                             continue
                         slot = stamp - stamp % bucket
-                    key = (exception_class, stage, source_topic, pipeline, slot)
+                    key = (exception_class, stage, source_topic, pipeline, header_set, slot)
                     tally[key] = tally.get(key, 0) + 1
                 if not messages and todo:
                     for reached in consumer.position([TopicPartition(topic, p) for p in todo]):
@@ -799,8 +839,8 @@ def summarize(
     counts: dict[str, Counter[str]] = {name: Counter() for name in _TEXT_KEYS}
     timeline: Counter[str] = Counter()
     matched = 0
-    for (exception_class, stage, source_topic, pipeline, slot), n in tally.items():
-        values = (_text(exception_class), _stage_text(stage), _text(source_topic), _text(pipeline))
+    for (exception_class, stage, source_topic, pipeline, header_set, slot), n in tally.items():
+        values = (_text(exception_class), _stage_text(stage), _text(source_topic), _text(pipeline), header_set)
         if selection.by_values and not selection.matches_values(*values):
             continue
         matched += n
@@ -980,6 +1020,14 @@ class SampledDeadLetter:
     pipeline: str | None
     task_id: int | None
     format: str | None
+    #: The dialect's name, ``"none"`` for a header-less record (``format`` is ``None`` then).
+    header_set: str = HEADER_LESS
+    #: The class Spring's error handler received; the consumer group (Spring, KIP-1191); the Schema Registry rule.
+    wrapper_class: str | None = None
+    group: str | None = None
+    rule: str | None = None
+    #: The original record's timestamp, when the dialect carries it (Spring).
+    source_timestamp_ms: int | None = None
 
     @classmethod
     def from_message(cls, message: Any) -> SampledDeadLetter:
@@ -993,8 +1041,9 @@ class SampledDeadLetter:
             offset=message.offset(),
             timestamp=_timestamp(message),
         )
+        # display(): Spring's big-endian numbers are shown as numbers, any other header as text.
         shown_headers = tuple(
-            (name, MASK if is_sensitive_key(name) else _masked_text(_text(value))) for name, value in headers
+            (name, MASK if is_sensitive_key(name) else _masked_text(display(name, value))) for name, value in headers
         )
         return cls(
             partition=message.partition(),
@@ -1013,6 +1062,11 @@ class SampledDeadLetter:
             pipeline=letter.connector_name,
             task_id=letter.task_id,
             format=None if letter.header_set is None else letter.header_set.value,
+            header_set=header_set_name(letter.header_set),
+            wrapper_class=letter.wrapper_class,
+            group=letter.group,
+            rule=None if letter.rule_name is None else f"{letter.rule_name} ({letter.rule_mode or 'mode unknown'})",
+            source_timestamp_ms=letter.source_timestamp,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -1031,6 +1085,11 @@ class SampledDeadLetter:
             "pipeline": self.pipeline,
             "task_id": self.task_id,
             "format": self.format,
+            "header_set": self.header_set,
+            "wrapper_class": self.wrapper_class,
+            "group": self.group,
+            "rule": self.rule,
+            "source_timestamp_ms": self.source_timestamp_ms,
         }
 
 

@@ -69,7 +69,7 @@ CONFIG_SECTION = "kerr"
 MAX_SUMMARY_RECORDS = 500_000
 MAX_SUMMARY_SECONDS = 2.0
 MAX_SAMPLES = 100
-SELECTION_KEYS = ("exception_class", "stage", "source_topic", "pipeline", "start", "end")
+SELECTION_KEYS = ("exception_class", "stage", "source_topic", "pipeline", "header_set", "start", "end")
 #: Airflow keeps connection ids in a 250-character column; a control character is in no id (and a NUL
 #: makes the environment-variable lookup raise).
 MAX_CONN_ID_CHARS = 250

@@ -24,15 +24,10 @@ from airflow_kerr.errors import (
     parse_dead_letter,
 )
 from airflow_kerr.errors.dead_letter import (
-    ERROR_HEADER_CONNECTOR_NAME,
     ERROR_HEADER_EXCEPTION,
-    ERROR_HEADER_EXCEPTION_MESSAGE,
-    ERROR_HEADER_EXCEPTION_STACK_TRACE,
-    ERROR_HEADER_EXECUTING_CLASS,
     ERROR_HEADER_ORIG_OFFSET,
     ERROR_HEADER_ORIG_PARTITION,
     ERROR_HEADER_ORIG_TOPIC,
-    ERROR_HEADER_PREFIXES,
     ERROR_HEADER_STAGE,
     ERROR_HEADER_TASK_ID,
     INT64_MAX,
@@ -42,12 +37,16 @@ from airflow_kerr.errors.dead_letter import (
     known_topic_name,
     shown,
 )
+from airflow_kerr.errors.dialects import CONNECT as CONNECT_DIALECT
+from airflow_kerr.errors.header_reader import read_error_headers
 
 LINEAGE_PREFIX = "__kerr.replay."
 HEADER_REPLAY_COUNT = LINEAGE_PREFIX + "count"
 HEADER_REPLAY_SOURCE = LINEAGE_PREFIX + "source"
 HEADER_REPLAY_RUN = LINEAGE_PREFIX + "run"
 HEADER_PARKED_REASON = LINEAGE_PREFIX + "parked.reason"
+#: The lineage headers: a record carrying none of them was never replayed (the common case, checked at once).
+_LINEAGE_NAMES = frozenset((HEADER_REPLAY_COUNT, HEADER_REPLAY_SOURCE, HEADER_REPLAY_RUN, HEADER_PARKED_REASON))
 
 #: Replays of one record before it is parked instead of replayed again.
 DEFAULT_MAX_REPLAYS = 3
@@ -450,22 +449,6 @@ def _lineage_headers(policy: ReplayPolicy, count: int, source: bytes) -> list[He
 #: A summary breakdown key: action, topic written to (None for a drop), stage, exception class, park reason.
 BreakdownKey = tuple[Action, str | None, Stage | None, str | None, ParkReason | None]
 
-#: Connect's ten error headers, by the slot :func:`fast_replayer` keeps their value in: source topic,
-#: partition, offset, task id, stage, exception class; the four it has no use for share the last slot.
-_CONNECT_SLOTS: dict[str, int] = {
-    ERROR_HEADER_ORIG_TOPIC: 0,
-    ERROR_HEADER_ORIG_PARTITION: 1,
-    ERROR_HEADER_ORIG_OFFSET: 2,
-    ERROR_HEADER_TASK_ID: 3,
-    ERROR_HEADER_STAGE: 4,
-    ERROR_HEADER_EXCEPTION: 5,
-    ERROR_HEADER_CONNECTOR_NAME: 6,
-    ERROR_HEADER_EXECUTING_CLASS: 6,
-    ERROR_HEADER_EXCEPTION_MESSAGE: 6,
-    ERROR_HEADER_EXCEPTION_STACK_TRACE: 6,
-}
-
-
 #: What :func:`fast_replayer` returns for ``(headers, key, value, dlq_partition, dlq_offset, timestamp)``: what is
 #: written (``None`` for a drop) and its breakdown key; a park :class:`Decision` (only after a fix, which ran once
 #: and must not run again); or ``None`` when the record needs :func:`parse_dead_letter` and :func:`decide`.
@@ -476,20 +459,23 @@ FastReplayer = Callable[
 
 
 def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
-    """What :func:`decide` gives for a DLQ record, found in one pass over its headers, when every record is selected.
+    """What :func:`decide` gives for a DLQ record, read once by the header reader, when every record is selected.
 
-    The replay's common case: Connect's header set with plain values, a source topic known
-    to be valid, a target that may be written. Then nothing of the parsed record is needed
-    but a few fields, so the returned function builds no ``DeadLetterRecord`` and decodes
-    none of the error headers the replay drops. With a fix, the fix gets a
-    :class:`ReplayRecord` whose ``dead_letter`` is parsed only if the fix reads it (or the
-    record is parked). The function answers ``None`` whenever anything needs
-    :func:`parse_dead_letter`'s closer look (another header set, a value that is not plain
-    digits or UTF-8, a record to park before any fix runs): the caller then parses and
-    decides, which gives what it would have given anyway. The policy's fields are bound
-    once, in the closure, because the function runs once per record.
+    The replay's common case: a dead letter with plain coordinates, a source topic known to
+    be valid, a target that may be written. Then nothing of the parsed record is needed but
+    a few fields, so the returned function builds no ``DeadLetterRecord`` and decodes none
+    of the error headers the replay drops. With a fix, the fix gets a :class:`ReplayRecord`
+    whose ``dead_letter`` is parsed only if the fix reads it (or the record is parked).
+
+    The headers are read by :func:`read_error_headers`, as :func:`parse_dead_letter` reads
+    them. A Connect dead letter's coordinates are checked as the raw bytes they arrive as
+    (plain digits, short enough to be in range, give what the parser gives); a header-less
+    record needs none. The function answers ``None`` whenever the record needs :func:`decide`'s
+    closer look (another dialect, a header Kafka would not accept, a pointer to resolve, a
+    record to park before any fix runs): the caller then parses and decides, which gives
+    what it would have given anyway. The policy's fields
+    are bound once, in the closure, because the function runs once per record.
     """
-    slot_of = _CONNECT_SLOTS.get
     max_replays = policy.max_replays
     override = policy.target_topic
     refusal = policy.refusal
@@ -506,53 +492,53 @@ def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
         offset: int,
         timestamp: int | None,
     ) -> tuple[Outgoing | None, BreakdownKey] | Decision | None:
-        slots: list[bytes | None] = [None] * 7
-        kept: list[Header] = []
-        count = 0
+        if key is None and value is None:  # a pointer to resolve, or nothing to write
+            return None
         try:
-            for name, raw in headers:
-                if raw is not None and type(raw) is not bytes:
-                    return None
-                slot = slot_of(name)
-                if slot is not None:
-                    slots[slot] = raw
-                elif not name.startswith("__"):
-                    kept.append((name, raw))
-                elif name.startswith(LINEAGE_PREFIX):
-                    if name == HEADER_REPLAY_COUNT:  # as _split_lineage reads it: the last one wins, garbage is 0
-                        try:
-                            count = int(raw or b"")
-                        except ValueError:
-                            count = 0
-                elif name.startswith(ERROR_HEADER_PREFIXES):
-                    return None
-                else:
-                    kept.append((name, raw))
-        except (AttributeError, TypeError, ValueError):  # not (str, bytes) pairs: the parser says what is wrong
+            read = read_error_headers(headers)
+            kept = read.kept
+        except TypeError:  # not (str, bytes) pairs: the parser says what is wrong
             return None
-        if count >= max_replays or (key is None and value is None):
-            return None
-        topic_raw, partition_raw, offset_raw, task_raw, stage_raw, exception_raw, _ = slots
-        # Plain decimal digits, short enough to be in range: the parser takes them as they are.
-        if partition_raw is not None and not (len(partition_raw) < 10 and partition_raw.isdigit()):
-            return None
-        if offset_raw is not None and not (len(offset_raw) < 19 and offset_raw.isdigit()):
-            return None
-        if task_raw is not None and not (len(task_raw) < 10 and task_raw.isdigit()):
-            return None
-        source = None
-        if topic_raw is not None:
+        found = read.found
+        dialect = read.dialect
+        count = 0
+        if not _LINEAGE_NAMES.isdisjoint(found):
+            kept, count = _split_lineage(kept)
+            if count >= max_replays:
+                return None
+        stage: Stage | None = None
+        exception: str | None = None
+        source: str | None = None
+        if dialect is CONNECT_DIALECT:
+            topic_raw = found.get(ERROR_HEADER_ORIG_TOPIC)
+            partition_raw = found.get(ERROR_HEADER_ORIG_PARTITION)
+            offset_raw = found.get(ERROR_HEADER_ORIG_OFFSET)
+            task_raw = found.get(ERROR_HEADER_TASK_ID)
+            exception_raw = found.get(ERROR_HEADER_EXCEPTION)
+            stage_raw = found.get(ERROR_HEADER_STAGE)
+            if exception_raw is None or not read.alone:
+                return None  # a field another dialect would give, or garbage in it: the parser decides
             try:
-                source = topic_raw.decode()
-            except UnicodeDecodeError:
+                # Plain decimal digits, short enough to be in range: the parser takes them as they are.
+                if partition_raw is not None and not (len(partition_raw) < 10 and partition_raw.isdigit()):
+                    return None
+                if offset_raw is not None and not (len(offset_raw) < 19 and offset_raw.isdigit()):
+                    return None
+                if task_raw is not None and not (len(task_raw) < 10 and task_raw.isdigit()):
+                    return None
+                if topic_raw is not None:
+                    source = topic_raw.decode()
+                    if not known_topic_name(source):
+                        return None
+                stage = None if stage_raw is None else stage_of(stage_raw)
+                exception = exception_raw.decode("utf-8", errors="replace")
+            except (AttributeError, TypeError, UnicodeDecodeError):  # not bytes, or not UTF-8: the parser decides
                 return None
-            if not known_topic_name(source):
-                return None
+        elif dialect is not None:  # another dialect: parse_dead_letter reads it, decide() decides
+            return None
         target = override or source
         if not target or refusal(target) is not None:
             return None
-        stage = None if stage_raw is None else stage_of(stage_raw)
-        exception = None if exception_raw is None else exception_raw.decode("utf-8", errors="replace")
         read_at = source_prefix + b"%d/%d" % (partition, offset)
         if fix is None:
             kept += _lineage_headers(policy, count + 1, read_at)

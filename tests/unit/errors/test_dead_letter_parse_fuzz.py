@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from airflow_kerr.errors import DeadLetterRecord, HeaderSet, Stage, parse_dead_letter
 from airflow_kerr.errors.dead_letter import (
-    _KNOWN_ERROR_HEADERS,
     DLQ_HEADER_DELIVERY_COUNT,
     DLQ_HEADER_TOPIC,
     ERROR_HEADER_ORIG_OFFSET,
@@ -26,6 +25,7 @@ from airflow_kerr.errors.dead_letter import (
     ERROR_HEADER_TASK_ID,
     STREAMS_HEADER_PARTITION,
 )
+from airflow_kerr.errors.dialects import ERROR_HEADER_PREFIXES, FIELD_HEADERS
 
 # Kafka's ranges and topic rule, written out here rather than imported: the test states the contract.
 INT16_MAX, INT32_MAX, INT64_MAX = 2**15 - 1, 2**31 - 1, 2**63 - 1
@@ -36,15 +36,13 @@ def is_topic_name(name: str) -> bool:
     return TOPIC_NAME.fullmatch(name) is not None and name not in (".", "..")
 
 
-ERROR_NAMES = sorted(_KNOWN_ERROR_HEADERS)
+ERROR_NAMES = sorted({name for names in FIELD_HEADERS.values() for name in names})
 TOPIC_CHARS = string.ascii_letters + string.digits + "._-"
 
 #: Header names: every error header the parser reads, unknown ones under the error prefixes, and others.
 names = st.one_of(
     st.sampled_from(ERROR_NAMES),
-    st.sampled_from(["__connect.errors.", "__dlq.errors.", "__streams.errors."]).flatmap(
-        lambda prefix: st.text(max_size=10).map(lambda rest: prefix + rest)
-    ),
+    st.sampled_from(ERROR_HEADER_PREFIXES).flatmap(lambda prefix: st.text(max_size=10).map(lambda rest: prefix + rest)),
     st.text(max_size=20),
 )
 #: Header values as a DLQ can hold them: raw bytes, text of digits (past int's 4,300-digit limit too),

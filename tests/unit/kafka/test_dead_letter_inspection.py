@@ -71,7 +71,7 @@ def test_empty_query_selects_everything() -> None:
     letter = parse_dead_letter(connect_headers(), b"k", b"v")
     assert selection.matches(letter, 5)
     assert selection.to_dict() == dict.fromkeys(
-        ("exception_class", "stage", "source_topic", "pipeline", "start_ms", "end_ms")
+        ("exception_class", "stage", "source_topic", "pipeline", "start_ms", "end_ms", "header_set")
     )
 
 

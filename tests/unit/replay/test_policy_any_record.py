@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_kerr.errors import parse_dead_letter
-from airflow_kerr.errors.dead_letter import _KNOWN_ERROR_HEADERS
+from airflow_kerr.errors.dialects import FIELD_HEADERS
 from airflow_kerr.replay.policy import (
     HEADER_PARKED_REASON,
     HEADER_REPLAY_COUNT,
@@ -25,6 +25,8 @@ from airflow_kerr.replay.policy import (
     ReplayRecord,
     decide,
 )
+
+_KNOWN_ERROR_HEADERS = sorted({name for names in FIELD_HEADERS.values() for name in names})
 
 TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record, parse_dead_letter
-from airflow_kerr.errors.dead_letter import _KNOWN_ERROR_HEADERS, HEADER_PREFIX
+from airflow_kerr.errors.dead_letter import HEADER_PREFIX
+from airflow_kerr.errors.dialects import FIELD_HEADERS
 from airflow_kerr.errors.record import Header
 from airflow_kerr.replay import engine as engine_module
 from airflow_kerr.replay.policy import (
@@ -34,6 +35,8 @@ from airflow_kerr.replay.policy import (
     fast_replayer,
     outgoing,
 )
+
+_KNOWN_ERROR_HEADERS = sorted({name for names in FIELD_HEADERS.values() for name in names})
 
 DLQ = "orders.dlq"
 STAMP = 1_795_250_000_000
@@ -108,7 +111,7 @@ def test_a_connect_record_takes_the_fast_path_and_writes_what_decide_writes(over
         [(HEADER_PREFIX + "topic", b"no topic!")],  # malformed: parked
         [(HEADER_PREFIX + "topic", b"\xff")],  # not UTF-8
         [("__dlq.errors.delivery.count", b"2")],  # a second header set
-        [("kind", "text")],  # not bytes
+        [("kind", 5)],  # neither bytes nor text
     ],
 )
 def test_a_record_that_needs_a_closer_look_is_handed_back(change: list[tuple[str, Any]]) -> None:

@@ -1,0 +1,317 @@
+"""The one reader of dead-letter headers, for every dialect in :mod:`airflow_kerr.errors.dialects`.
+
+:func:`read_error_headers` takes a record's headers once: by name, which dialect they are,
+and (when asked) which of them are the original record's. Three callers read through it,
+each taking what it needs: :func:`~airflow_kerr.errors.dead_letter.parse_dead_letter` every
+field, the DLQ view's count four fields of a plain Connect record undecoded, and the replay's
+fast path the coordinates. The field functions here (:meth:`ErrorHeaders.topic`,
+:meth:`ErrorHeaders.number`) are the only place a header value becomes a topic or a number.
+
+A DLQ holds whatever its writers put there, so nothing is trusted: a topic name or a number
+Kafka would not accept is never handed on, but described in ``problems`` (header name to
+what is wrong, quoting the value cut short).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from airflow_kerr.errors.dialects import (
+    BINARY_HEADERS,
+    DIALECTS,
+    ERROR_HEADER_PREFIXES,
+    FIELD_HEADERS,
+    FIRST_WINS,
+    Dialect,
+)
+from airflow_kerr.errors.record import Header
+
+RawHeaders = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
+
+#: Kafka's rule for topic names (``org.apache.kafka.common.internals.Topic.validate``), less '.' and '..'.
+TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+TOPIC_NAME_RULE = "1-249 of ASCII letters, digits, '.', '_', '-'"
+INT16_MAX = 2**15 - 1
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+#: Characters of a bad value quoted in a problem: enough to recognise it, never a megabyte header.
+SHOWN_CHARS = 60
+
+
+def is_topic_name(name: object) -> bool:
+    """Whether ``name`` is a name Kafka accepts for a topic; anything else makes librdkafka refuse the topic."""
+    return isinstance(name, str) and TOPIC_NAME_PATTERN.fullmatch(name) is not None and name not in (".", "..")
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr`` of a value from outside, cut to ``limit`` characters with its length noted.
+
+    Safe for anything: an integer past Python's digit limit for ``str`` is described rather
+    than converted (its ``repr`` would raise ``ValueError``).
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    try:
+        text = repr(value)
+    except ValueError:  # Python will not print an integer of more than 4,300 digits, nested ones included
+        return f"<a {type(value).__name__} holding an integer too long to print>"
+    except Exception as error:  # a caller's object whose __repr__ fails: describe it instead
+        return f"<a {type(value).__name__} whose repr failed: {type(error).__name__}>"
+    if len(text) <= limit:
+        return text
+    size = f"{len(value):,} characters" if isinstance(value, str) else f"{len(text):,} characters as text"
+    return f"{text[: limit - 1]}\u2026 ({size})"
+
+
+#: Topic names already found valid: a DLQ names few source topics, so most records skip the pattern.
+_TOPIC_NAMES_SEEN: set[str] = set()
+_TOPIC_NAMES_KEPT = 4096
+
+
+def known_topic_name(text: str) -> bool:
+    """:func:`is_topic_name`, remembered: a DLQ names few source topics, so the pattern runs once per name."""
+    if text in _TOPIC_NAMES_SEEN:
+        return True
+    if not is_topic_name(text):
+        return False
+    if len(_TOPIC_NAMES_SEEN) >= _TOPIC_NAMES_KEPT:
+        _TOPIC_NAMES_SEEN.clear()
+    _TOPIC_NAMES_SEEN.add(text)
+    return True
+
+
+def as_bytes(name: str, value: object) -> bytes | None:
+    """A header value as Kafka holds it: bytes or null (text is UTF-8; a lone surrogate is kept, not raised on)."""
+    if value is None or type(value) is bytes:
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", errors="surrogatepass")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"header {name!r}: value {shown(value)} is not bytes, str or None")
+
+
+def decode(name: str, value: object) -> str | None:
+    """An error header's text: invalid UTF-8 becomes U+FFFD, so a value is always readable."""
+    if value is None or isinstance(value, str):
+        return value
+    if type(value) is bytes:
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return value.decode("utf-8", errors="replace")
+    raw = as_bytes(name, value)
+    return None if raw is None else raw.decode("utf-8", errors="replace")
+
+
+def display(name: str, value: object) -> str | None:
+    """An error header as a person reads it: a big-endian number as its decimal value, anything else as text.
+
+    A binary header of the wrong width is shown in hex, never as a wrong number.
+    """
+    width = BINARY_HEADERS.get(name)
+    if width is None or value is None:
+        return decode(name, value)
+    raw = as_bytes(name, value)
+    assert raw is not None
+    if len(raw) != width:
+        return f"0x{raw.hex()}"
+    return str(int.from_bytes(raw, "big", signed=True))
+
+
+#: Decimal text as Connect, KIP-1191 and Streams write numbers, with surrounding blanks tolerated.
+_DECIMAL = re.compile(r"[ \t\r\n]*(-?[0-9]{1,19})[ \t\r\n]*")
+
+
+def _pairs(headers: RawHeaders) -> Iterable[tuple[str, bytes | str | None]]:
+    if type(headers) is list:  # what confluent-kafka returns: no ABC check needed
+        return headers
+    if headers is None:
+        return ()
+    if isinstance(headers, Mapping):
+        return list(headers.items())
+    if isinstance(headers, (str, bytes, bytearray)):
+        raise TypeError(f"headers must be a list of (name, value) pairs or a mapping, not {type(headers).__name__}")
+    return list(headers)
+
+
+#: Each dialect with the names that make a record one of its dead letters, in order of precedence.
+_DETECT: tuple[tuple[Dialect, frozenset[str]], ...] = tuple((dialect, dialect.names) for dialect in DIALECTS)
+
+
+#: For each dialect, the field headers of every other dialect.
+_OTHERS = {
+    dialect.header_set: frozenset().union(*(other.names for other in DIALECTS if other is not dialect))
+    for dialect in DIALECTS
+}
+
+
+def _dialect_of_prefix(names: Iterable[object]) -> Dialect | None:
+    """The highest-precedence dialect whose prefix one of ``names`` has (a header it has no field for)."""
+    best: int | None = None
+    for name in names:
+        if type(name) is str and name.startswith(ERROR_HEADER_PREFIXES):
+            for rank, dialect in enumerate(DIALECTS):
+                if name.startswith(dialect.prefixes) and (best is None or rank < best):
+                    best = rank
+    return None if best is None else DIALECTS[best]
+
+
+class ErrorHeaders:
+    """One record's headers, read once.
+
+    ``found`` holds every header by name (the last of a repeated name, except the
+    :data:`~airflow_kerr.errors.dialects.FIRST_WINS` ones, whose first counts); ``dialect``
+    is the highest-precedence dialect the record carries a header of, ``None`` for a
+    header-less record. :attr:`kept` is computed when first asked.
+    """
+
+    __slots__ = ("_kept", "dialect", "found", "pairs")
+
+    def __init__(self, pairs: Sequence[tuple[Any, Any]], found: dict[Any, Any], dialect: Dialect | None) -> None:
+        self.pairs = pairs
+        self.found = found
+        self.dialect = dialect
+        self._kept: list[Header] | None = None
+
+    @property
+    def alone(self) -> bool:
+        """Whether no other dialect's field header is present: every field then comes from ``dialect`` alone.
+
+        A fast path that reads one dialect's headers directly must ask this first: another
+        dialect's header could fill a field this one lacks, or be malformed.
+        """
+        dialect = self.dialect
+        return dialect is None or _OTHERS[dialect.header_set].isdisjoint(self.found)
+
+    @property
+    def kept(self) -> list[Header]:
+        """The original record's headers, in order: every header that is no writer's error header.
+
+        Raises ``TypeError`` when a pair is not ``(str, bytes | str | None)``.
+        """
+        kept = self._kept
+        if kept is None:
+            kept = []
+            keep = kept.append
+            try:
+                for name, raw in self.pairs:
+                    if type(name) is not str:
+                        raise TypeError(f"header name {shown(name)} is not a str")
+                    if not name.startswith(ERROR_HEADER_PREFIXES):
+                        keep((name, raw if raw is None or type(raw) is bytes else as_bytes(name, raw)))
+            except ValueError as error:  # a pair that is not two items
+                raise TypeError(f"headers must be (name, value) pairs: {error}") from None
+            self._kept = kept
+        return kept
+
+    def error_headers(self) -> dict[str, str | None]:
+        """Every error header (any dialect's prefix) as a person reads it (see :func:`display`)."""
+        return {
+            name: display(name, raw)
+            for name, raw in self.found.items()
+            if type(name) is str and name.startswith(ERROR_HEADER_PREFIXES)
+        }
+
+    def first(self, field: str) -> tuple[str, Any]:
+        """The first header carrying ``field`` (in order of precedence) whose value is not null, and that value.
+
+        The last candidate name and ``None`` when no header carries it.
+        """
+        get = self.found.get
+        names = FIELD_HEADERS[field]
+        for name in names:
+            value = get(name)
+            if value is not None:
+                return name, value
+        return names[-1], None
+
+    def text(self, field: str) -> str | None:
+        """A text field, decoded (invalid UTF-8 as U+FFFD)."""
+        name, value = self.first(field)
+        return decode(name, value)
+
+    def topic(self, field: str, problems: dict[str, str]) -> str | None:
+        """A topic field when it names a topic Kafka accepts; else ``None``, with the problem noted."""
+        name, value = self.first(field)
+        text = decode(name, value)
+        if text is None:
+            return None
+        if known_topic_name(text):
+            return text
+        problems[name] = f"{shown(text)} is not a topic name ({TOPIC_NAME_RULE})"
+        return None
+
+    def number(self, field: str, problems: dict[str, str], low: int, high: int, *, unknown: bool) -> int | None:
+        """A numeric field when it lies in ``[low, high]``; else ``None``, with the problem noted.
+
+        ``unknown`` accepts -1 as Kafka's "not known" (a Streams punctuation has no source
+        partition, a record may have no timestamp) and gives ``None`` without a problem.
+        """
+        name, value = self.first(field)
+        return header_number(problems, name, value, low, high, unknown=unknown)
+
+
+def header_number(
+    problems: dict[str, str], name: str, value: object, low: int, high: int, *, unknown: bool
+) -> int | None:
+    """The integer header ``name`` holds, in its writer's encoding, when it lies in ``[low, high]``.
+
+    A big-endian header (:data:`~airflow_kerr.errors.dialects.BINARY_HEADERS`) must have
+    exactly its width; decimal text takes only ASCII digits, at most 19 of them, so neither
+    ``int``'s 4,300-digit limit nor other scripts' digits (which ``int`` would accept) are
+    ever reached. Anything else is ``None`` with the problem noted.
+    """
+    if value is None:
+        return None
+    number: int | None
+    width = BINARY_HEADERS.get(name)
+    if width is not None:
+        raw = as_bytes(name, value)
+        assert raw is not None
+        if len(raw) != width:
+            problems[name] = f"{shown(raw)} is not a {width}-byte big-endian integer"
+            return None
+        number = int.from_bytes(raw, "big", signed=True)
+    else:
+        text = decode(name, value)
+        assert text is not None
+        if text.isdigit() and text.isascii() and len(text) < 19:
+            number = int(text)
+        else:
+            match = _DECIMAL.fullmatch(text)
+            number = int(match[1]) if match else None
+        value = text
+    if number is not None and low <= number <= high:
+        return number
+    if number == -1 and unknown:
+        return None
+    problems[name] = f"{shown(value)} is not an integer from {low} to {high}"
+    return None
+
+
+def read_error_headers(headers: RawHeaders) -> ErrorHeaders:
+    """Read a record's headers once: by name, and which dialect's dead letter it is.
+
+    Takes confluent-kafka's list of ``(name, bytes)`` pairs, a mapping, or ``None``. Raises
+    ``TypeError`` only for headers that are not pairs; a name that is not a ``str`` raises
+    when :attr:`ErrorHeaders.kept` is computed.
+    """
+    pairs = _pairs(headers)
+    try:
+        found = dict(pairs)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"headers must be (name, value) pairs: {error}") from None
+    if len(found) < len(pairs) and not FIRST_WINS.isdisjoint(found):  # type: ignore[arg-type]
+        firsts: dict[str, Any] = {}
+        for name, raw in pairs:
+            if name in FIRST_WINS and name not in firsts:
+                firsts[name] = raw
+        found.update(firsts)
+    keys = found.keys()
+    for dialect, names in _DETECT:
+        if not keys.isdisjoint(names):
+            return ErrorHeaders(pairs, found, dialect)  # type: ignore[arg-type]
+    return ErrorHeaders(pairs, found, _dialect_of_prefix(keys))  # type: ignore[arg-type]
