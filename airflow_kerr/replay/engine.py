@@ -33,10 +33,12 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from airflow_kerr.errors import DeadLetterRecord, Header, backoff_delay_ms
 from airflow_kerr.errors import parse_dead_letter as parse
+from airflow_kerr.errors.header_reader import read_error_headers
 from airflow_kerr.kafka.client_errors import KafkaErrorKind, classify_kafka_error
 from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, topic_partitions, watermarks
 from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
 from airflow_kerr.replay.pacing import STOP_CHECK_S, Progress, RateLimiter
+from airflow_kerr.replay.pointers import Coordinates, Gone, PointerReader
 from airflow_kerr.replay.policy import (
     Decision,
     Outgoing,
@@ -44,7 +46,9 @@ from airflow_kerr.replay.policy import (
     decide,
     fast_replayer,
     outgoing,
+    park_source_gone,
     park_too_large,
+    with_original,
 )
 from airflow_kerr.replay.size import NOT_WRITTEN, SizeLimits, message_max_bytes
 from airflow_kerr.replay.summary import BatchCounts, ReplayPlan, ReplaySummary, partition_ranges
@@ -248,6 +252,10 @@ class DlqReplay:
         self._admin: AdminClient | None = None
         #: Records too large to write: checked before producing, learnt from the broker's refusals.
         self._sizes = SizeLimits(message_max_bytes(self.kafka_config), self._topic_max_message_bytes)
+        #: Whether the run's first record was looked at (:meth:`_check_first_record`).
+        self._first_checked = False
+        #: Reads the originals of pointer dead letters; opened at the first one.
+        self._pointers: PointerReader | None = None
 
     def stop(self) -> None:
         """Ask the run to stop: the open transaction is aborted and nothing more is committed.
@@ -494,6 +502,9 @@ class DlqReplay:
             writer.close()
         if consumer is not None:
             consumer.close()
+        if self._pointers is not None:
+            self._pointers.close()
+            self._pointers = None
         if self._metadata is not None:
             self._metadata.close()
             self._metadata = None
@@ -870,6 +881,9 @@ class DlqReplay:
         limit = -1 if budget is None else budget
         refused = self._sizes.refused
         oversize = self._sizes.oversize
+        if not self._first_checked:
+            self._check_first_record(messages, positions, ends, policy)
+        originals = self._originals(messages, positions, ends)
         for message in messages:
             error = message.error()
             if error is not None:
@@ -929,7 +943,10 @@ class DlqReplay:
                 if selected == limit:
                     break
                 selected += 1
-                decision = decide(letter, headers, policy)
+                if letter.is_pointer and not letter.malformed_headers:
+                    decision = self._resolve(letter, headers, policy, originals)
+                else:
+                    decision = decide(letter, headers, policy)
                 record = decision.record
                 if record is not None and (
                     (refused and (partition, offset) in refused)
@@ -944,6 +961,80 @@ class DlqReplay:
             next_positions[partition] = offset + 1
         counts.scanned, counts.selected = scanned, selected
         return outputs, counts, next_positions
+
+    def _check_first_record(
+        self, messages: Sequence[Any], positions: Mapping[int, int], ends: Mapping[int, int], policy: ReplayPolicy
+    ) -> None:
+        """Fail before anything is written when the run's first record is header-less and no target is set.
+
+        A header-less DLQ (Airflow's ``KafkaSharedStreamTrigger(dlq_topic=…)``, most hand-written
+        producers) does not say where its records came from, and the replay never guesses:
+        ``target_topic`` names it. A header-less record met later in a DLQ of another dialect
+        is parked (``no_source_topic``) instead, so that one stray record does not stop a run.
+        """
+        for message in messages:
+            partition, offset = message.partition(), message.offset()
+            if message.error() is not None or not positions[partition] <= offset < ends[partition]:
+                continue
+            self._first_checked = True
+            if policy.target_topic is not None:
+                return
+            try:
+                dialect = read_error_headers(message.headers() or []).dialect
+            except Exception:  # headers that cannot be read: the record is parked as malformed
+                return
+            if dialect is None:
+                raise InvalidReplayOptions(
+                    [
+                        f"target_topic: not set, and the first dead letter read, {message.topic()}/{partition}/"
+                        f"{offset}, carries no dead-letter headers, so it does not say which topic it came from "
+                        "(a header-less DLQ, as Airflow's KafkaSharedStreamTrigger(dlq_topic=...) or a plain "
+                        "producer writes it); set target_topic to the topic its records go back to. Nothing was "
+                        "written."
+                    ]
+                )
+            return
+
+    def _originals(
+        self, messages: Sequence[Any], positions: Mapping[int, int], ends: Mapping[int, int]
+    ) -> dict[Coordinates, Any]:
+        """The originals of the batch's pointer dead letters (no key, no value), read in one pass per partition."""
+        wanted: list[Coordinates] = []
+        for message in messages:
+            if message.key() is not None or message.value() is not None or message.error() is not None:
+                continue
+            partition, offset = message.partition(), message.offset()
+            if not positions[partition] <= offset < ends[partition]:
+                continue
+            try:
+                letter = parse(message.headers() or [], None, None)
+            except Exception:  # unreadable headers: parked as malformed in the loop
+                continue
+            if letter.is_pointer and not letter.malformed_headers:
+                assert letter.source_topic is not None
+                assert letter.source_partition is not None and letter.source_offset is not None
+                wanted.append((letter.source_topic, letter.source_partition, letter.source_offset))
+        if not wanted:
+            return {}
+        if self._pointers is None:
+            self._pointers = PointerReader(self.kafka_config, timeout_s=self.timeout_s)
+        return self._pointers.read(wanted)
+
+    def _resolve(
+        self,
+        letter: DeadLetterRecord,
+        headers: Sequence[Header],
+        policy: ReplayPolicy,
+        originals: Mapping[Coordinates, Any],
+    ) -> Decision:
+        """Decide a pointer dead letter on its original, or park it ``source_gone`` when that cannot be read."""
+        assert letter.source_topic is not None
+        assert letter.source_partition is not None and letter.source_offset is not None
+        original = originals.get((letter.source_topic, letter.source_partition, letter.source_offset))
+        if original is None or isinstance(original, Gone):
+            detail = original.detail if isinstance(original, Gone) else "the original was not read"
+            return park_source_gone(letter, headers, policy, detail)
+        return decide(with_original(letter, original), headers, policy)
 
     def _too_large(
         self,

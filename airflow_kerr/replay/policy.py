@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
+from typing import Any
 
 from airflow_kerr.errors import (
     DeadLetterRecord,
     Header,
+    HeaderSet,
     Stage,
     exception_class_name,
     exception_message,
@@ -85,6 +87,10 @@ class ParkReason(StrEnum):
     UNKNOWN_TARGET = "unknown_target"
     #: The record (replayed or parked) is larger than the producer or the topic accepts: parked without its value.
     TOO_LARGE = "too_large"
+    #: A dead letter that points at its original (KIP-1191 without a copy), whose original cannot be read.
+    SOURCE_GONE = "source_gone"
+    #: A Schema Registry rule failed on WRITE: the DLQ holds the value before serialization, not the topic's bytes.
+    UNSERIALIZED = "unserialized"
 
 
 class ReplayRecord:
@@ -353,8 +359,15 @@ def decide(letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: Repl
         detail = "the DLQ record names no source topic and no target_topic override is set"
         return _park(letter, raw_headers, policy, ParkReason.NO_SOURCE_TOPIC, detail, count)
     if letter.key is None and letter.value is None:
-        detail = "the DLQ record has neither key nor value (a headers-only KIP-1191 record?)"
+        detail = "the DLQ record has neither key nor value, and does not name its original's partition and offset"
         return _park(letter, raw_headers, policy, ParkReason.NO_CONTENT, detail, count)
+    if policy.fix is None and _serialized_by_the_fix(letter):
+        detail = (
+            f"Schema Registry rule {letter.rule_name!r} failed on WRITE, so the DLQ holds the value before it was "
+            "serialized (confluent-kafka's DlqAction writes it as JSON, tagged fields redacted), not the bytes "
+            f"{target!r} takes; replay it with a fix that serializes it"
+        )
+        return _park(letter, raw_headers, policy, ParkReason.UNSERIALIZED, detail, count)
     record: ReplayRecord | None = ReplayRecord(target, letter.key, letter.value, headers, letter)
     if policy.fix is not None:
         record, problem = _apply_fix(record, policy.fix)  # type: ignore[arg-type]
@@ -368,6 +381,15 @@ def decide(letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: Repl
         return _park(letter, raw_headers, policy, refused[0], refused[1], count)
     record.headers += _lineage(letter, policy, count + 1)
     return Decision(Action.REPLAY, record)
+
+
+def _serialized_by_the_fix(letter: DeadLetterRecord) -> bool:
+    """Whether the dead letter is a Schema Registry rule's on WRITE: its value was never serialized for the topic.
+
+    On READ (and the read-side migrations) the rule action copies the wire bytes as they were
+    consumed, which go back as they are.
+    """
+    return letter.header_set is HeaderSet.SCHEMA_REGISTRY and (letter.rule_mode or "").upper() == "WRITE"
 
 
 def _apply_fix(record: ReplayRecord, fix: FixFn) -> tuple[ReplayRecord | None, str | None]:
@@ -557,6 +579,22 @@ def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
         return outgoing(fixed), (Action.REPLAY, fixed.topic, stage, exception, None)
 
     return replay_fast
+
+
+def with_original(letter: DeadLetterRecord, original: Any) -> DeadLetterRecord:
+    """A pointer dead letter with its original's key, value and headers, read at its coordinates.
+
+    The original's headers are its own (a replayed original carries its lineage, so the loop
+    guard still counts); the dead letter's error headers stay in ``error_headers``.
+    """
+    return replace(letter, key=original.key(), value=original.value(), headers=tuple(original.headers() or ()))
+
+
+def park_source_gone(
+    letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: ReplayPolicy, detail: str
+) -> Decision:
+    """Park a pointer whose original cannot be read, with why and where (``detail``), as it was read."""
+    return _park(letter, raw_headers, policy, ParkReason.SOURCE_GONE, detail, replay_count(raw_headers))
 
 
 def park_too_large(
