@@ -68,6 +68,7 @@ def check_documented_types(record: DeadLetterRecord, headers: list[tuple[str, An
     for value, high in (
         (record.source_partition, INT32_MAX),
         (record.source_offset, INT64_MAX),
+        (record.source_timestamp, INT64_MAX),
         (record.task_id, INT32_MAX),
     ):
         assert value is None or (type(value) is int and 0 <= value <= high)
@@ -82,6 +83,10 @@ def check_documented_types(record: DeadLetterRecord, headers: list[tuple[str, An
         record.exception_stacktrace,
         record.connector_name,
         record.group,
+        record.wrapper_class,
+        record.rule_name,
+        record.rule_mode,
+        record.rule_subject,
     ):
         assert text is None or isinstance(text, str)
     assert all(isinstance(name, str) and (raw is None or type(raw) is bytes) for name, raw in record.headers)
