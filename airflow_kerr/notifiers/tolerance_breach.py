@@ -24,10 +24,23 @@ from airflow.sdk import BaseNotifier, Context
 from airflow_kerr.errors.masking import mask_secrets, mask_text
 
 WEBHOOK_RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: Characters of a dead letter's message an alert quotes: enough to recognise it, never a whole payload.
+MESSAGE_CHARS = 100
 
 
 def _rate(value: Any) -> str:
     return f"{float(value):.2%}" if isinstance(value, (int, float)) else "n/a"
+
+
+def _short(message: str) -> str:
+    """A message's first line, cut to :data:`MESSAGE_CHARS` (``message`` holds more than blanks)."""
+    line = message.strip().splitlines()[0]
+    return line if len(line) <= MESSAGE_CHARS else line[: MESSAGE_CHARS - 1] + "\u2026"
+
+
+def _has_context(item: Mapping[str, Any]) -> bool:
+    """Whether a sampled dead letter carries any error context (a writer's headers), whatever its dialect."""
+    return any(item.get(key) is not None for key in ("exception_class", "stage", "exception_message", "source_topic"))
 
 
 class ToleranceBreachNotifier(BaseNotifier):
@@ -41,6 +54,11 @@ class ToleranceBreachNotifier(BaseNotifier):
     alert then says so instead of leaving the reader to guess why no exceptions are
     named). Use it as ``on_failure_callback=ToleranceBreachNotifier(...)`` or call
     ``notify(context)`` inside a task.
+
+    The sample's dead letters are named as :func:`~airflow_kerr.errors.parse_dead_letter`
+    reads them, whichever writer wrote them: Spring Kafka's under their root cause, Schema
+    Registry's under ``rule:<name>``; KIP-1191 share-group dead letters, which carry no
+    exception class, by their messages.
     """
 
     template_fields: Sequence[str] = ("pipeline", "webhook_url", "email_to", "dlq_topic")
@@ -108,6 +126,14 @@ class ToleranceBreachNotifier(BaseNotifier):
                 s.get("exception_class") for s in sample if s.get("exception_class")
             ).most_common(3),
             "top_stages": Counter(s.get("stage") for s in sample if s.get("stage")).most_common(3),
+            # What names a dead letter that names no exception class: a KIP-1191 share-group dead letter
+            # carries the delivery's message (and its coordinates) but no class.
+            "top_messages": Counter(
+                _short(str(s["exception_message"]))
+                for s in sample
+                if not s.get("exception_class") and str(s.get("exception_message") or "").strip()
+            ).most_common(3),
+            "sample_with_context": sum(1 for s in sample if _has_context(s)),
             "sample_size": len(sample),
             "sample_error": None if sample else self.sample_error,
             "dag_id": getattr(dag_run, "dag_id", None) or getattr(ti, "dag_id", None),
@@ -134,19 +160,31 @@ class ToleranceBreachNotifier(BaseNotifier):
             )
         if details["top_stages"]:
             lines.append("Failing stages: " + ", ".join(f"{name} ({n})" for name, n in details["top_stages"]))
-        counted = bool(details["top_exception_classes"] or details["top_stages"])
+        messages = details.get("top_messages") or []
+        classified = bool(details["top_exception_classes"] or details["top_stages"])
+        counted = classified or bool(messages)
         if details.get("sample_error"):
             lines.append(
                 f"Top exceptions and failing stages unknown: the dead letter sample could not be read from "
                 f"{details['dlq_topic'] or 'the DLQ'}: {details['sample_error']}"
             )
-        elif details.get("sample_size") and not counted:
+        elif details.get("sample_size") and not classified and (messages or details.get("sample_with_context")):
+            # A KIP-1191 share-group dead letter carries its error context, but no class and no stage:
+            # Connect's setting would not add them, so the alert names what the records do say.
+            lines.append(
+                f"Top exceptions and failing stages unknown: the newest {details['sample_size']} dead letters "
+                "name no exception class or stage (KIP-1191 share-group dead letters carry a message instead)"
+            )
+        elif details.get("sample_size") and not classified:
             # Connect's default writes dead letters without their error context: say so, or the
             # missing lines look like a bug of the alert rather than a setting of the job.
             lines.append(
                 f"Top exceptions and failing stages unknown: the newest {details['sample_size']} dead letters "
                 "carry no error context (errors.deadletterqueue.context.headers.enable=true adds it)"
             )
+        if messages:
+            of = "" if not classified else " of those without an exception class"
+            lines.append(f"Top messages{of}: " + ", ".join(f"{text} ({n})" for text, n in messages))
         if details["dlq_topic"]:
             # The counts above are of a bounded sample, not of the whole DLQ: say which.
             of = f" (counts above: its newest {details['sample_size']} dead letters)" if counted else ""

@@ -34,6 +34,11 @@ class DeadLetterQueueSensor(BaseSensorOperator):
     quotes are masked (:mod:`airflow_kerr.errors.masking`) in the XCom, the log and the
     failure message, since each is read by people who may not read the connection.
 
+    Every writer's dead letters count alike (growth is offsets, whatever the headers), and the
+    sample reads each through :func:`~airflow_kerr.errors.parse_dead_letter`: Kafka Connect's,
+    KIP-1191's, Kafka Streams', Spring Kafka's (under their root cause), Schema Registry
+    rules' (under ``rule:<name>``) and header-less ones (no class).
+
     :param deferrable: wait on the triggerer instead of occupying a worker slot.
     """
 

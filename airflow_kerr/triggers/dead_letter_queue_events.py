@@ -68,9 +68,11 @@ class DeadLetterQueueEventTrigger(WatchTrigger):
     last event), ``baseline`` and ``ends`` (end offsets per partition before and after: the
     key to tell a repeated event), a ``sample`` of the newest dead letters (stage, exception
     class and message, source coordinates), ``counts_by_class`` over the newest
-    ``count_limit`` of them and ``counts_cover`` (how many that is). Delivery is at least
-    once (see :mod:`airflow_kerr.triggers.watch`); ``cursor_group`` (default
-    ``kerr-watch.dlq.<topic>.<hash of the settings>``) is the consumer group that keeps the position.
+    ``count_limit`` of them (each writer's as ``parse_dead_letter`` names it; ``unknown`` for
+    KIP-1191 and header-less dead letters, which name no class) and ``counts_cover`` (how
+    many that is). Delivery is at least once (see :mod:`airflow_kerr.triggers.watch`);
+    ``cursor_group`` (default ``kerr-watch.dlq.<topic>.<hash of the settings>``) is the
+    consumer group that keeps the position.
     """
 
     fields = ("topic", "kafka_config_id", "poll_interval", "min_records", "sample_size", "count_limit", "cursor_group")
