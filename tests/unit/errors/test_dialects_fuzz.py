@@ -379,3 +379,38 @@ def test_a_value_that_is_not_bytes_or_text_raises_only_type_error(
     except TypeError:
         return
     check_record(record, [(name, value) for name, value in headers if isinstance(value, (bytes, str, type(None)))])
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "ab",
+        b"ab",
+        ["name", b"v"],
+        {"k": b"1", "v": b"2"},
+        {0: "name", 1: b"v"},
+        range(2),
+        (),
+        ("name",),
+        ("name", b"v", b"w"),
+        ("name", 5),
+        (5, b"v"),
+        (None, b"v"),
+        5,
+        None,
+    ],
+    ids=repr,
+)
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_any_odd_item_among_spring_headers_raises_type_error_or_gives_a_record(item: Any, where: str) -> None:
+    """Whatever a caller puts among a Spring dead letter's headers (``DeadLetterRecordManager.java``'s
+    record, :func:`tests.dead_letter_writers.spring_dlt`), the reader answers with a record or ``TypeError``,
+    never another exception (a ``KeyError`` or ``IndexError`` from looking inside an odd item)."""
+    headers: list[Any] = list(spring_dlt(Original("orders", 0, 1, 1, b"k", b"v", [("trace-id", b"t")]))["headers"])
+    headers.insert(0 if where == "first" else len(headers), item)
+
+    try:
+        record = parse_dead_letter(headers, None, None)
+    except TypeError:
+        return
+    assert type(record) is DeadLetterRecord and record.header_set is HeaderSet.SPRING
