@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,8 @@ from airflow_kerr.local.ui import ROLE, USERNAME, LocalUI, pid_alive, process_tr
 #: A user of the shared stack with Airflow's viewer role; Airflow generates its password into the passwords file.
 VIEWER = "viewer"
 DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
+#: Where the browser tests leave screenshots, so a person can see what a test saw.
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 CHROMIUM = Path(os.environ.get("KERR_CHROMIUM", "/usr/bin/chromium"))
 # The flags headless chromium needs as root in a container with no GPU, and no calls home.
 CHROMIUM_ARGS = [
@@ -136,3 +138,27 @@ def module_page(chromium: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     """One page for a module's tests, so it signs in once; don't mix it with ``browser_page`` in one module."""
     with _headless_page(chromium, tmp_path_factory.mktemp("chromium-profile")) as page:
         yield page
+
+
+@pytest.fixture
+def sign_in(local_ui: LocalUI) -> Callable[[Any, str], None]:
+    """``sign_in(page, path)``: open ``path`` of the shared stack and sign in on the login form Airflow shows first."""
+
+    def sign_in(page: Any, path: str) -> None:
+        page.goto(f"{local_ui.url}{path}")
+        page.fill("input[name=username]", local_ui.username)
+        page.fill("input[name=password]", local_ui.password)
+        page.get_by_role("button", name="Sign in").click()
+
+    return sign_in
+
+
+@pytest.fixture(scope="session")
+def screenshot() -> Callable[[Any, str], None]:
+    """``screenshot(page, name)``: save what the page shows to ``tests/ui/artifacts/<name>``, animations finished."""
+
+    def screenshot(page: Any, name: str) -> None:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / name), animations="disabled")
+
+    return screenshot

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -29,21 +29,8 @@ DEAD_LETTERS = 20
 INVALID_ORDER = "airflow_kerr.examples.orders.InvalidOrder"
 JSON_ERROR = "json.decoder.JSONDecodeError"
 RUN_TIMEOUT_S = 180.0
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 #: How long an assertion waits for the page: the UI refreshes itself slowly on a busy 2-core machine.
 WAIT_MS = 60_000
-
-
-def _sign_in(ui: LocalUI, page: Any, path: str) -> None:
-    page.goto(f"{ui.url}{path}")
-    page.fill("input[name=username]", ui.username)
-    page.fill("input[name=password]", ui.password)
-    page.get_by_role("button", name="Sign in").click()
-
-
-def _screenshot(page: Any, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / name), animations="disabled")
 
 
 def _count_row(view: Any, dimension: str, key: str) -> Any:
@@ -78,7 +65,11 @@ def test_a_user_who_may_not_read_the_kafka_connection_may_not_read_its_dead_lett
 
 
 def test_see_the_dead_letters_and_replay_that_selection(
-    local_ui: LocalUI, browser_page: Any, kafka_bootstrap: str
+    local_ui: LocalUI,
+    browser_page: Any,
+    kafka_bootstrap: str,
+    sign_in: Callable[[Any, str], None],
+    screenshot: Callable[[Any, str], None],
 ) -> None:
     from playwright.sync_api import expect
 
@@ -101,7 +92,7 @@ def test_see_the_dead_letters_and_replay_that_selection(
     assert producer.flush(30) == 0
     page = browser_page
     try:
-        _sign_in(local_ui, page, "/")
+        sign_in(page, "/")
         page.get_by_role("button", name="Browse").click()
         page.get_by_role("menuitem", name="Dead letters").click()
         page.wait_for_url(re.compile(r".*/plugin/kerr-dead-letters(/.*)?$"))
@@ -132,7 +123,7 @@ def test_see_the_dead_letters_and_replay_that_selection(
         expect(second).to_contain_text(f"source {source}/0/{DEAD_LETTERS - 1}", timeout=WAIT_MS)
         second.get_by_text("Stack trace").click()
         expect(second.locator("details pre")).to_contain_text("JSONDecodeError", timeout=WAIT_MS)
-        _screenshot(page, "dlq_view.png")
+        screenshot(page, "dlq_view.png")
 
         # Narrow to one exception class; the counts and samples follow, and the replay form takes the selection.
         view.locator("#group").fill(group)
@@ -148,7 +139,7 @@ def test_see_the_dead_letters_and_replay_that_selection(
             "^" + re.escape(INVALID_ORDER).replace("\\_", "_") + "$", timeout=WAIT_MS
         )
         expect(form.locator("[name=dry_run]")).to_be_checked(timeout=WAIT_MS)
-        _screenshot(page, "dlq_view_replay_form.png")
+        screenshot(page, "dlq_view_replay_form.png")
         form.get_by_role("button", name="Trigger").click()
 
         page.wait_for_url(re.compile(r".*/dags/dlq_replay/runs/[^/]+$"), timeout=60_000)
@@ -169,7 +160,7 @@ def test_see_the_dead_letters_and_replay_that_selection(
         expect(tab.get_by_role("heading", level=2)).to_contain_text("dry run", timeout=WAIT_MS)
         row = tab.locator("tbody tr", has=tab.get_by_text(INVALID_ORDER, exact=True))
         expect(row.first).to_contain_text("would", timeout=WAIT_MS)
-        _screenshot(page, "replay_summary_tab.png")
+        screenshot(page, "replay_summary_tab.png")
     except BaseException:
-        _screenshot(page, "dlq_view_failure.png")
+        screenshot(page, "dlq_view_failure.png")
         raise
