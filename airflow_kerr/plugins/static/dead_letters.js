@@ -5,7 +5,16 @@
 
 const KERR = location.pathname.replace(/\/dead-letters\/?$/, "");
 const AIRFLOW = KERR.replace(/\/kerr$/, "");
-const DIMENSIONS = ["exception_class", "stage", "source_topic", "pipeline"];
+const DIMENSIONS = ["exception_class", "stage", "source_topic", "pipeline", "header_set"];
+// The dialects the server counts and selects by (its header_set names), as a person knows their writers.
+const DIALECTS = {
+  connect: "Kafka Connect",
+  dlq: "KIP-1191 share group",
+  streams: "Kafka Streams",
+  spring: "Spring Kafka",
+  schema_registry: "Schema Registry rule",
+  none: "No error headers",
+};
 const $ = (selector) => document.querySelector(selector);
 
 const state = { settings: null, topic: null, generation: 0, known: {}, counts: {}, timeline: {}, chunk: null };
@@ -39,6 +48,24 @@ async function getJson(path, params = {}) {
 
 const number = (n) => (n == null ? "–" : Number(n).toLocaleString("en-US"));
 const when = (ms) => (ms == null ? "–" : new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC"));
+// A count's key as the page shows it: a dialect by its writer's name, anything else as it is.
+const shownKey = (dimension, key) => (dimension === "header_set" && DIALECTS[key] ? DIALECTS[key] : key);
+
+// A long dotted name (a Java class, a topic) that may wrap after its dots, dashes and underscores; same text.
+function breakable(text) {
+  const node = element("span");
+  for (const part of String(text).split(/(?<=[._$-])/)) node.append(part, element("wbr"));
+  return node;
+}
+
+// A filter's options before any count arrives: "any", and every dialect (the server knows no others).
+function resetOptions(dimension) {
+  const options = [element("option", { value: "", text: "any" })];
+  if (dimension === "header_set") {
+    for (const [key, name] of Object.entries(DIALECTS)) options.push(element("option", { value: key, text: name }));
+  }
+  $(`#selection [name=${dimension}]`).replaceChildren(...options);
+}
 
 function selection() {
   const form = new FormData($("#selection"));
@@ -88,7 +115,7 @@ function openTopic(topic) {
   $("#dlq-title").textContent = topic;
   $("#group").value = `kerr-replay.${topic}`;
   $("#selection").reset();
-  for (const key of DIMENSIONS) $(`#selection [name=${key}]`).replaceChildren(element("option", { value: "", text: "any" }));
+  for (const key of DIMENSIONS) resetOptions(key);
   refresh();
   loadBacklog();
 }
@@ -151,8 +178,12 @@ function renderCounts() {
       ...rows.slice(0, 15).map(([key, n]) =>
         element(
           "tr",
-          { class: chosen[dimension] === key ? "selected" : "", onclick: () => choose(dimension, key) },
-          element("td", { text: key }),
+          {
+            class: chosen[dimension] === key ? "selected" : "",
+            "data-key": key,
+            onclick: () => choose(dimension, key),
+          },
+          element("td", {}, breakable(shownKey(dimension, key))),
           element("td", { class: "num", text: number(n) }),
           element("td", { class: "bar" }, element("span", { style: `width:${Math.max(2, (100 * n) / top)}%` })),
         ),
@@ -162,7 +193,7 @@ function renderCounts() {
     const select = $(`#selection [name=${dimension}]`);
     const present = new Set([...select.options].map((o) => o.value));
     for (const key of [...(state.known[dimension] || [])].sort()) {
-      if (!present.has(key)) select.append(element("option", { value: key, text: key }));
+      if (!present.has(key)) select.append(element("option", { value: key, text: shownKey(dimension, key) }));
     }
   }
   renderTimeline();
@@ -254,8 +285,25 @@ function payload(name, part) {
   return element("div", {}, element("div", { class: "note", text: `${name}${more}` }), element("pre", { text }));
 }
 
+// What a dialect carries beyond Connect's fields, shown when the record has it.
+function facts(record) {
+  const rows = [
+    ["Error handler received", record.wrapper_class],
+    ["Consumer group", record.group],
+    ["Rule", record.rule],
+    ["Original record's time", record.source_timestamp_ms == null ? null : when(record.source_timestamp_ms)],
+  ].filter(([, value]) => value != null && value !== "");
+  if (!rows.length) return null;
+  return element(
+    "dl",
+    { class: "facts" },
+    ...rows.flatMap(([name, value]) => [element("dt", { text: name }), element("dd", { text: value })]),
+  );
+}
+
 function renderSample(record) {
   const source = record.source || {};
+  const dialect = record.header_set || "none";
   const where = [
     `DLQ ${record.partition}/${record.offset}`,
     `failed ${when(record.timestamp_ms)}`,
@@ -271,9 +319,24 @@ function renderSample(record) {
   const card = element(
     "article",
     { class: "sample", "data-offset": `${record.partition}/${record.offset}` },
-    element("div", { class: "where", text: where }),
+    element(
+      "div",
+      { class: "where" },
+      element("span", {
+        class: "dialect",
+        "data-header-set": dialect,
+        title: "Whose error headers this dead letter carries",
+        text: DIALECTS[dialect] || dialect,
+      }),
+      " ",
+      element("span", { text: where }),
+    ),
     element("div", { class: "exception", text: record.exception_class || "(no exception class)" }),
     element("div", { class: "message", text: record.exception_message || "" }),
+  );
+  const extra = facts(record);
+  if (extra) card.append(extra);
+  card.append(
     payload("Value", record.value),
     payload("Key", record.key),
     element("details", {}, element("summary", { text: `Headers (${record.headers.length})` }), headers),
@@ -308,6 +371,11 @@ function openReplay() {
   if (chosen.pipeline) {
     box.prepend(element("p", { class: "note", text: `The replay has no pipeline setting: records of every pipeline ` +
       `that match the other fields are selected (the view's pipeline filter was ${chosen.pipeline}).` }));
+  }
+  if (chosen.header_set) {
+    const dialect = shownKey("header_set", chosen.header_set);
+    box.prepend(element("p", { class: "note", text: `The replay has no dialect setting: records of every dialect ` +
+      `that match the other fields are selected (the view's dialect filter was ${dialect}).` }));
   }
   $("#replay-dialog").showModal();
 }
