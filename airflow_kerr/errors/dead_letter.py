@@ -40,6 +40,7 @@ from airflow_kerr.errors.dialects import (
     ERROR_HEADER_ORIG_TOPIC,
     ERROR_HEADER_STAGE,
     ERROR_HEADER_TASK_ID,
+    FIELD_HEADERS,
     HEADER_PREFIX,
     RULE_EXCEPTION_CLASS_PREFIX,
     STREAMS_HEADER_EXCEPTION,
@@ -372,29 +373,12 @@ _STAGES: dict[str, Stage] = {name: Stage(name) for name in Stage.__members__}
 #: The same, keyed by the header's raw bytes, for a reader that matches the value without decoding it.
 STAGES_BY_HEADER_BYTES: dict[bytes, Stage] = {name.encode(): stage for name, stage in _STAGES.items()}
 _DEAD_LETTER_FIELDS = tuple(f.name for f in fields(DeadLetterRecord))
-#: The fields a header-less record has no value for.
-_NO_ERROR_FIELDS = dict.fromkeys(
-    (
-        "header_set",
-        "source_topic",
-        "source_partition",
-        "source_offset",
-        "stage",
-        "executing_class",
-        "exception_class",
-        "exception_message",
-        "exception_stacktrace",
-        "connector_name",
-        "task_id",
-        "group",
-        "delivery_count",
-        "source_timestamp",
-        "wrapper_class",
-        "rule_name",
-        "rule_mode",
-        "rule_subject",
+#: Every field unset: a record's own fields are filled in over a copy.
+_NO_ERROR_FIELDS: dict[str, Any] = dict.fromkeys(_DEAD_LETTER_FIELDS)
+if not set(FIELD_HEADERS) <= set(_DEAD_LETTER_FIELDS):  # pragma: no cover - a guard for edits
+    raise ImportError(
+        f"dialect fields without a DeadLetterRecord field: {set(FIELD_HEADERS) - set(_DEAD_LETTER_FIELDS)}"
     )
-)
 _new_object = object.__new__
 _set_attribute = object.__setattr__
 
@@ -443,40 +427,20 @@ def letter_from(
 ) -> DeadLetterRecord:
     """:func:`parse_dead_letter` of headers already read: for a caller that looked at them first (the view's count)."""
     original = tuple(read.kept)
-    fields_of: dict[str, Any]
     dialect = read.dialect
     problems: dict[str, str] = {}
+    fields_of = dict(_NO_ERROR_FIELDS)
     if dialect is None:
-        fields_of = dict(_NO_ERROR_FIELDS)
         error_headers: dict[str, str | None] = {}
     else:
-        text = read.text
-        exception_class = text("exception_class")
-        rule_name = text("rule_name")
-        if exception_class is None and rule_name is not None:
-            exception_class = RULE_EXCEPTION_CLASS_PREFIX + rule_name
-        stage_text = text("stage")
+        fields_of.update(read.fields(problems))
+        fields_of["header_set"] = dialect.header_set
+        stage = fields_of["stage"]
+        if stage is not None:
+            fields_of["stage"] = _STAGES.get(stage)
+        if fields_of["exception_class"] is None and fields_of["rule_name"] is not None:
+            fields_of["exception_class"] = RULE_EXCEPTION_CLASS_PREFIX + fields_of["rule_name"]
         error_headers = read.error_headers()
-        fields_of = {
-            "header_set": dialect.header_set,
-            "source_topic": read.topic("source_topic", problems),
-            "source_partition": read.number("source_partition", problems, 0, INT32_MAX, unknown=True),
-            "source_offset": read.number("source_offset", problems, 0, INT64_MAX, unknown=True),
-            "stage": None if stage_text is None else _STAGES.get(stage_text),
-            "executing_class": text("executing_class"),
-            "exception_class": exception_class,
-            "exception_message": text("exception_message"),
-            "exception_stacktrace": text("exception_stacktrace"),
-            "connector_name": text("connector_name"),
-            "task_id": read.number("task_id", problems, 0, INT32_MAX, unknown=False),
-            "group": text("group"),
-            "delivery_count": read.number("delivery_count", problems, 1, INT16_MAX, unknown=False),
-            "source_timestamp": read.number("source_timestamp", problems, 0, INT64_MAX, unknown=True),
-            "wrapper_class": text("wrapper_class"),
-            "rule_name": rule_name,
-            "rule_mode": text("rule_mode"),
-            "rule_subject": text("rule_subject"),
-        }
     fields_of["key"] = key
     fields_of["value"] = value
     fields_of["headers"] = original
@@ -488,5 +452,5 @@ def letter_from(
     fields_of["malformed_headers"] = problems
     # The fields a dataclass __init__ would set, in one assignment; the record stays frozen.
     record: DeadLetterRecord = _new_object(DeadLetterRecord)
-    _set_attribute(record, "__dict__", {name: fields_of[name] for name in _DEAD_LETTER_FIELDS})
+    _set_attribute(record, "__dict__", fields_of)
     return record

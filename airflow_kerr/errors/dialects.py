@@ -139,9 +139,10 @@ class Dialect:
     ``fields`` maps a :class:`DeadLetterRecord` field to the headers that carry it, best
     first (Spring's key exception stands in when no value exception was written).
     ``numbers`` is how this writer encodes the numeric fields; ``binary`` lists headers
-    written as big-endian integers, with their width in bytes, so that they are shown as
-    numbers. ``first_wins`` are headers the writer appends again on each new failure, whose
-    first occurrence is the original (for every other header the last one wins).
+    written as big-endian integers, with their width in bytes (0: as many as the number
+    needs), so that they are shown as numbers. ``first_wins`` are headers the writer
+    appends again on each new failure, whose first occurrence is the original (for every
+    other header the last one wins).
     ``prefixes`` cover every header the writer adds: all of them are error headers, shown
     with the error context and never written back by a replay.
     """
@@ -227,8 +228,10 @@ SPRING = Dialect(
         SPRING_ORIGINAL_OFFSET: 8,
         SPRING_ORIGINAL_TIMESTAMP: 8,
         SPRING_RETRY_ATTEMPTS: 4,
-        SPRING_RETRY_ORIGINAL_TIMESTAMP: 8,
-        SPRING_RETRY_BACKOFF_TIMESTAMP: 8,
+        # BigInteger.valueOf(..).toByteArray() (retrytopic/DeadLetterPublishingRecovererFactory.java):
+        # as many bytes as the number needs, 6 for today's epoch milliseconds.
+        SPRING_RETRY_ORIGINAL_TIMESTAMP: 0,
+        SPRING_RETRY_BACKOFF_TIMESTAMP: 0,
     },
     first_wins=frozenset(
         (

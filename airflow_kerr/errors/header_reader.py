@@ -65,20 +65,21 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     return f"{text[: limit - 1]}\u2026 ({size})"
 
 
-#: Topic names already found valid: a DLQ names few source topics, so most records skip the pattern.
-_TOPIC_NAMES_SEEN: set[str] = set()
+#: Topic names already found valid: a DLQ names few source topics, so most records skip the pattern
+#: (cleared, never replaced, so a caller may hold it).
+TOPIC_NAMES_SEEN: set[str] = set()
 _TOPIC_NAMES_KEPT = 4096
 
 
 def known_topic_name(text: str) -> bool:
     """:func:`is_topic_name`, remembered: a DLQ names few source topics, so the pattern runs once per name."""
-    if text in _TOPIC_NAMES_SEEN:
+    if text in TOPIC_NAMES_SEEN:
         return True
     if not is_topic_name(text):
         return False
-    if len(_TOPIC_NAMES_SEEN) >= _TOPIC_NAMES_KEPT:
-        _TOPIC_NAMES_SEEN.clear()
-    _TOPIC_NAMES_SEEN.add(text)
+    if len(TOPIC_NAMES_SEEN) >= _TOPIC_NAMES_KEPT:
+        TOPIC_NAMES_SEEN.clear()
+    TOPIC_NAMES_SEEN.add(text)
     return True
 
 
@@ -109,14 +110,15 @@ def decode(name: str, value: object) -> str | None:
 def display(name: str, value: object) -> str | None:
     """An error header as a person reads it: a big-endian number as its decimal value, anything else as text.
 
-    A binary header of the wrong width is shown in hex, never as a wrong number.
+    A binary header of the wrong width is shown in hex, never as a wrong number (width 0: any
+    width up to 8 bytes, as Java's ``BigInteger.toByteArray`` writes).
     """
     width = BINARY_HEADERS.get(name)
     if width is None or value is None:
         return decode(name, value)
     raw = as_bytes(name, value)
     assert raw is not None
-    if len(raw) != width:
+    if len(raw) != width and not (width == 0 and 0 < len(raw) <= 8):
         return f"0x{raw.hex()}"
     return str(int.from_bytes(raw, "big", signed=True))
 
@@ -137,15 +139,15 @@ def _pairs(headers: RawHeaders) -> Iterable[tuple[str, bytes | str | None]]:
     return list(headers)
 
 
-#: Each dialect with the names that make a record one of its dead letters, in order of precedence.
-_DETECT: tuple[tuple[Dialect, frozenset[str]], ...] = tuple((dialect, dialect.names) for dialect in DIALECTS)
-
-
-#: For each dialect, the field headers of every other dialect.
-_OTHERS = {
-    dialect.header_set: frozenset().union(*(other.names for other in DIALECTS if other is not dialect))
+#: Each dialect with the names that make a record one of its dead letters, and every other dialect's names.
+_DETECT: tuple[tuple[Dialect, frozenset[str], frozenset[str]], ...] = tuple(
+    (dialect, dialect.names, frozenset().union(*(other.names for other in DIALECTS if other is not dialect)))
     for dialect in DIALECTS
-}
+)
+
+
+#: Every header name a dialect reads a field from.
+_ERROR_NAMES: frozenset[str] = frozenset().union(*(dialect.names for dialect in DIALECTS))
 
 
 def _dialect_of_prefix(names: Iterable[object]) -> Dialect | None:
@@ -164,27 +166,28 @@ class ErrorHeaders:
 
     ``found`` holds every header by name (the last of a repeated name, except the
     :data:`~airflow_kerr.errors.dialects.FIRST_WINS` ones, whose first counts); ``dialect``
-    is the highest-precedence dialect the record carries a header of, ``None`` for a
-    header-less record. :attr:`kept` is computed when first asked.
+    is the highest-precedence dialect the record carries a field header of (only when it
+    carries none, the one whose prefix a header has), ``None`` for a header-less record.
+    :attr:`kept` is computed when first asked.
     """
 
-    __slots__ = ("_kept", "dialect", "found", "pairs")
+    __slots__ = ("_kept", "alone", "dialect", "found", "pairs")
 
-    def __init__(self, pairs: Sequence[tuple[Any, Any]], found: dict[Any, Any], dialect: Dialect | None) -> None:
+    def __init__(
+        self,
+        pairs: Sequence[tuple[Any, Any]],
+        found: dict[Any, Any],
+        dialect: Dialect | None,
+        alone: bool,
+    ) -> None:
         self.pairs = pairs
         self.found = found
         self.dialect = dialect
+        #: Whether no other dialect's field header is present, so every field comes from ``dialect``
+        #: alone. A fast path that reads one dialect's headers directly must ask this first: another
+        #: dialect's header could fill a field this one lacks, or be malformed.
+        self.alone = alone
         self._kept: list[Header] | None = None
-
-    @property
-    def alone(self) -> bool:
-        """Whether no other dialect's field header is present: every field then comes from ``dialect`` alone.
-
-        A fast path that reads one dialect's headers directly must ask this first: another
-        dialect's header could fill a field this one lacks, or be malformed.
-        """
-        dialect = self.dialect
-        return dialect is None or _OTHERS[dialect.header_set].isdisjoint(self.found)
 
     @property
     def kept(self) -> list[Header]:
@@ -194,26 +197,100 @@ class ErrorHeaders:
         """
         kept = self._kept
         if kept is None:
-            kept = []
-            keep = kept.append
-            try:
-                for name, raw in self.pairs:
-                    if type(name) is not str:
-                        raise TypeError(f"header name {shown(name)} is not a str")
-                    if not name.startswith(ERROR_HEADER_PREFIXES):
-                        keep((name, raw if raw is None or type(raw) is bytes else as_bytes(name, raw)))
-            except ValueError as error:  # a pair that is not two items
-                raise TypeError(f"headers must be (name, value) pairs: {error}") from None
+            try:  # the common case in one comprehension: confluent-kafka's (str, bytes) tuples
+                # A known error header is found by its name; only the others need the prefixes' test.
+                kept = [
+                    pair
+                    for pair in self.pairs
+                    if pair[0] not in _ERROR_NAMES and not pair[0].startswith(ERROR_HEADER_PREFIXES)
+                ]
+                for pair in kept:
+                    if type(pair) is not tuple or (pair[1] is not None and type(pair[1]) is not bytes):
+                        kept = self._kept_checked()
+                        break
+            except (AttributeError, TypeError, LookupError):  # not a (str, value) pair: say what
+                kept = self._kept_checked()
             self._kept = kept
+        return kept
+
+    def _kept_checked(self) -> list[Header]:
+        """:attr:`kept` one pair at a time: text values encoded, anything else named in a ``TypeError``."""
+        kept: list[Header] = []
+        keep = kept.append
+        try:
+            for name, raw in self.pairs:
+                if type(name) is not str:
+                    raise TypeError(f"header name {shown(name)} is not a str")
+                if not name.startswith(ERROR_HEADER_PREFIXES):
+                    keep((name, raw if raw is None or type(raw) is bytes else as_bytes(name, raw)))
+        except ValueError as error:  # a pair that is not two items
+            raise TypeError(f"headers must be (name, value) pairs: {error}") from None
         return kept
 
     def error_headers(self) -> dict[str, str | None]:
         """Every error header (any dialect's prefix) as a person reads it (see :func:`display`)."""
-        return {
-            name: display(name, raw)
-            for name, raw in self.found.items()
-            if type(name) is str and name.startswith(ERROR_HEADER_PREFIXES)
-        }
+        shown_headers: dict[str, str | None] = {}
+        for name, raw in self.found.items():
+            if name in _ERROR_NAMES or (type(name) is str and name.startswith(ERROR_HEADER_PREFIXES)):
+                if type(raw) is bytes:
+                    try:
+                        shown_headers[name] = raw.decode()
+                    except UnicodeDecodeError:
+                        shown_headers[name] = raw.decode("utf-8", errors="replace")
+                else:
+                    shown_headers[name] = decode(name, raw)
+        if not BINARY_HEADERS.keys().isdisjoint(shown_headers):
+            for name in BINARY_HEADERS.keys() & shown_headers.keys():
+                shown_headers[name] = display(name, self.found[name])
+        return shown_headers
+
+    def fields(self, problems: dict[str, str]) -> dict[str, Any]:
+        """Every field the record's headers carry, decoded and checked; a field no header carries is left out.
+
+        Each field comes from the first header, in order of precedence, that is not null (the
+        record's own dialect alone when no other dialect's field header is present). A topic
+        or number Kafka would not accept is left out too, with the problem noted. This is
+        :func:`~airflow_kerr.errors.dead_letter.parse_dead_letter`'s work, done in one loop
+        over a plan made once per dialect, because the replay parses every record it cannot
+        take the fast path for.
+        """
+        dialect = self.dialect
+        if dialect is None:
+            return {}
+        get = self.found.get
+        values: dict[str, Any] = {}
+        for field, names, rule in _PLANS[dialect.header_set] if self.alone else _MERGED_PLAN:
+            for name in names:
+                raw = get(name)
+                if raw is not None:
+                    break
+            else:
+                continue
+            if rule is None:  # text
+                if type(raw) is bytes:
+                    try:
+                        values[field] = raw.decode()
+                    except UnicodeDecodeError:
+                        values[field] = raw.decode("utf-8", errors="replace")
+                else:
+                    values[field] = decode(name, raw)
+            elif type(rule) is str:  # a topic name
+                text = raw.decode("utf-8", errors="replace") if type(raw) is bytes else decode(name, raw)
+                assert text is not None
+                if known_topic_name(text):
+                    values[field] = text
+                else:
+                    problems[name] = f"{shown(text)} is not a topic name ({TOPIC_NAME_RULE})"
+            else:
+                assert isinstance(rule, tuple)
+                low, high, unknown, digits = rule
+                if type(raw) is bytes and len(raw) < digits and raw.isdigit() and name not in BINARY_HEADERS:
+                    number: int | None = int(raw)  # plain digits, too few to leave the range
+                else:
+                    number = header_number(problems, name, raw, low, high, unknown=unknown)
+                if number is not None:
+                    values[field] = number
+        return values
 
     def first(self, field: str) -> tuple[str, Any]:
         """The first header carrying ``field`` (in order of precedence) whose value is not null, and that value.
@@ -271,8 +348,8 @@ def header_number(
     if width is not None:
         raw = as_bytes(name, value)
         assert raw is not None
-        if len(raw) != width:
-            problems[name] = f"{shown(raw)} is not a {width}-byte big-endian integer"
+        if len(raw) != width and not (width == 0 and 0 < len(raw) <= 8):
+            problems[name] = f"{shown(raw)} is not a {width or '1- to 8'}-byte big-endian integer"
             return None
         number = int.from_bytes(raw, "big", signed=True)
     else:
@@ -292,6 +369,31 @@ def header_number(
     return None
 
 
+#: How a field's header is checked: ``None`` for text, :data:`_TOPIC` for a topic name, or a number's
+#: (lowest, highest, whether -1 means "not known", digits below which plain decimal is surely in range).
+_TOPIC = "topic"
+_NumberRule = tuple[int, int, bool, int]
+_FIELD_RULES: dict[str, str | _NumberRule | None] = {
+    "source_topic": _TOPIC,
+    "source_partition": (0, INT32_MAX, True, 10),
+    "source_offset": (0, INT64_MAX, True, 19),
+    "source_timestamp": (0, INT64_MAX, True, 19),
+    "task_id": (0, INT32_MAX, False, 10),
+    "delivery_count": (1, INT16_MAX, False, 0),
+}
+_Plan = tuple[tuple[str, tuple[str, ...], str | _NumberRule | None], ...]
+
+
+def _plan(fields: Mapping[str, tuple[str, ...]]) -> _Plan:
+    return tuple((field, names, _FIELD_RULES.get(field)) for field, names in fields.items())
+
+
+#: Each dialect's own fields, for a record that carries no other dialect's field header.
+_PLANS: dict[Any, _Plan] = {dialect.header_set: _plan(dialect.fields) for dialect in DIALECTS}
+#: Every field across dialects, in order of precedence, for a record that carries several.
+_MERGED_PLAN: _Plan = _plan(FIELD_HEADERS)
+
+
 def read_error_headers(headers: RawHeaders) -> ErrorHeaders:
     """Read a record's headers once: by name, and which dialect's dead letter it is.
 
@@ -299,7 +401,7 @@ def read_error_headers(headers: RawHeaders) -> ErrorHeaders:
     ``TypeError`` only for headers that are not pairs; a name that is not a ``str`` raises
     when :attr:`ErrorHeaders.kept` is computed.
     """
-    pairs = _pairs(headers)
+    pairs = headers if type(headers) is list else _pairs(headers)
     try:
         found = dict(pairs)
     except (TypeError, ValueError) as error:
@@ -311,7 +413,7 @@ def read_error_headers(headers: RawHeaders) -> ErrorHeaders:
                 firsts[name] = raw
         found.update(firsts)
     keys = found.keys()
-    for dialect, names in _DETECT:
+    for dialect, names, others in _DETECT:
         if not keys.isdisjoint(names):
-            return ErrorHeaders(pairs, found, dialect)  # type: ignore[arg-type]
-    return ErrorHeaders(pairs, found, _dialect_of_prefix(keys))  # type: ignore[arg-type]
+            return ErrorHeaders(pairs, found, dialect, others.isdisjoint(keys))  # type: ignore[arg-type]
+    return ErrorHeaders(pairs, found, _dialect_of_prefix(keys), True)  # type: ignore[arg-type]

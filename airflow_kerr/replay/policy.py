@@ -40,7 +40,7 @@ from airflow_kerr.errors.dead_letter import (
     shown,
 )
 from airflow_kerr.errors.dialects import CONNECT as CONNECT_DIALECT
-from airflow_kerr.errors.header_reader import read_error_headers
+from airflow_kerr.errors.header_reader import TOPIC_NAMES_SEEN, read_error_headers
 
 LINEAGE_PREFIX = "__kerr.replay."
 HEADER_REPLAY_COUNT = LINEAGE_PREFIX + "count"
@@ -505,6 +505,12 @@ def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
     stage_of = STAGES_BY_HEADER_BYTES.get
     fix = policy.fix
     dlq = policy.dlq_topic
+    # Per-record costs cut to the bone: the first replay's lineage headers prebuilt, targets'
+    # refusals and source topics' validity remembered in local dicts.
+    first_count = _COUNT_HEADERS[1]
+    run_header = policy.run_header
+    target_ok: dict[str, bool] = {}
+    topic_names_seen = TOPIC_NAMES_SEEN
 
     def replay_fast(
         headers: Sequence[Header],
@@ -550,7 +556,7 @@ def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
                     return None
                 if topic_raw is not None:
                     source = topic_raw.decode()
-                    if not known_topic_name(source):
+                    if source not in topic_names_seen and not known_topic_name(source):
                         return None
                 stage = None if stage_raw is None else stage_of(stage_raw)
                 exception = exception_raw.decode("utf-8", errors="replace")
@@ -559,11 +565,21 @@ def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
         elif dialect is not None:  # another dialect: parse_dead_letter reads it, decide() decides
             return None
         target = override or source
-        if not target or refusal(target) is not None:
+        if not target:
+            return None
+        ok = target_ok.get(target)
+        if ok is None:
+            ok = target_ok[target] = refusal(target) is None
+        if not ok:
             return None
         read_at = source_prefix + b"%d/%d" % (partition, offset)
         if fix is None:
-            kept += _lineage_headers(policy, count + 1, read_at)
+            if count == 0:
+                kept.append(first_count)
+                kept.append((HEADER_REPLAY_SOURCE, read_at))
+                kept.append(run_header)
+            else:
+                kept += _lineage_headers(policy, count + 1, read_at)
             return (target, value, key, kept, None), (Action.REPLAY, target, stage, exception, None)
         unparsed = (headers, key, value, dlq, partition, offset, timestamp)
         record = ReplayRecord.unparsed(target, key, value, kept, unparsed)
