@@ -239,7 +239,7 @@ class Selection:
         stage: str | None,
         source_topic: str | None,
         pipeline: str | None,
-        header_set: str | None = None,
+        header_set: str,
     ) -> bool:
         """The field part of :meth:`matches`, on the values a summary counts by (``None`` for a missing one)."""
         for wanted, value in (
@@ -1216,7 +1216,7 @@ def _read_windows(
                         consumer.incremental_unassign([TopicPartition(topic, p)])
                 fields = dead_letter_fields(message.headers())
                 if selection.matches_time(stamp) and selection.matches_values(
-                    fields.exception_class, fields.stage, fields.source_topic, fields.pipeline
+                    fields.exception_class, fields.stage, fields.source_topic, fields.pipeline, fields.header_set
                 ):
                     found.append(((-1 if stamp is None else stamp, offset, -p), message))
             if not messages and todo:

@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer
 
 from airflow_kerr.errors import mask_text, parse_dead_letter
+from airflow_kerr.errors.dialects import header_set_name
 from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, read_range, topic_partitions, watermarks
 
 SINCE_TASK_START = "task_start"
@@ -128,6 +129,8 @@ def newest_dead_letters(
                     "source_partition": letter.source_partition,
                     "source_offset": letter.source_offset,
                     "timestamp": message.timestamp()[1],
+                    # Which writer's dead letter it is: a KIP-1191 or header-less one names no class.
+                    "header_set": header_set_name(letter.header_set),
                 }
             )
     finally:
@@ -151,9 +154,11 @@ def growth_summary(
     """
     letters = newest_dead_letters(kafka_config, topic, growth, sample_size=max(sample_size, count_limit))
     by_class = Counter(letter["exception_class"] or "unknown" for letter in letters)
+    by_header_set = Counter(letter["header_set"] for letter in letters)
     return {
         "sample": letters[:sample_size],
         "counts_by_class": dict(by_class.most_common()),
+        "counts_by_header_set": dict(by_header_set.most_common()),
         "counts_cover": len(letters),
     }
 

@@ -245,11 +245,6 @@ def test_samples_of_the_other_dialects_show_what_their_writers_carry(dlq: Dlq) -
     assert json.loads(plain["value"]["text"])["id"] == "o-40"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sample_dead_letters ignores Selection.header_set: _read_windows (kafka/dead_letter_inspection.py) "
-    "calls selection.matches_values without fields.header_set, so a dialect filter matches no sample",
-)
 @pytest.mark.parametrize("dialect", sorted(WRITTEN))
 def test_the_dialect_filter_narrows_the_samples(dlq: Dlq, dialect: str) -> None:
     """The examples follow the dialect filter as the counts do."""

@@ -189,6 +189,7 @@ def test_a_deferred_dlq_sensor_resumes_with_spring_dead_letters_named_by_their_r
 
     assert result["count"] == 3
     assert [item["exception_class"] for item in result["sample"]] == [SPRING_CAUSE] * 3
+    assert [item["header_set"] for item in result["sample"]] == ["spring"] * 3, "the sample says which writer"
     assert sorted(item["source_offset"] for item in result["sample"]) == [0, 1, 2]
 
 
