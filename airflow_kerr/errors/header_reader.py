@@ -20,8 +20,16 @@ from typing import Any
 
 from airflow_kerr.errors.dialects import (
     BINARY_HEADERS,
+    CONNECT,
     DIALECTS,
+    ERROR_HEADER_CONNECTOR_NAME,
+    ERROR_HEADER_EXCEPTION,
+    ERROR_HEADER_ORIG_OFFSET,
+    ERROR_HEADER_ORIG_PARTITION,
+    ERROR_HEADER_ORIG_TOPIC,
     ERROR_HEADER_PREFIXES,
+    ERROR_HEADER_STAGE,
+    ERROR_HEADER_TASK_ID,
     FIELD_HEADERS,
     FIRST_WINS,
     Dialect,
@@ -243,6 +251,47 @@ class ErrorHeaders:
             for name in BINARY_HEADERS.keys() & shown_headers.keys():
                 shown_headers[name] = display(name, self.found[name])
         return shown_headers
+
+    def plain_connect(self) -> tuple[str | None, bytes | None, bytes, bytes | None] | None:
+        """A plain Connect dead letter's source topic, and its stage, exception class and connector name as bytes.
+
+        ``None`` unless the record is a Connect dead letter alone (no other dialect's field
+        header), with an exception class header, whose partition, offset and task id are
+        absent or short ASCII decimals and whose source topic is absent or a valid name: for
+        such a record :func:`~airflow_kerr.errors.dead_letter.parse_dead_letter` finds no
+        problem and reads these fields from exactly these headers. The view's count and the
+        replay's fast path take it; anything else they parse.
+        """
+        if self.dialect is not CONNECT or not self.alone:
+            return None
+        get = self.found.get
+        exception = get(ERROR_HEADER_EXCEPTION)
+        if type(exception) is not bytes:
+            return None
+        partition = get(ERROR_HEADER_ORIG_PARTITION)
+        offset = get(ERROR_HEADER_ORIG_OFFSET)
+        task = get(ERROR_HEADER_TASK_ID)
+        topic = get(ERROR_HEADER_ORIG_TOPIC)
+        try:
+            # Plain decimal digits, short enough to be in range: the parser takes them as they are.
+            if partition is not None and not (len(partition) < 10 and partition.isdigit()):
+                return None
+            if offset is not None and not (len(offset) < 19 and offset.isdigit()):
+                return None
+            if task is not None and not (len(task) < 10 and task.isdigit()):
+                return None
+            source = None
+            if topic is not None:
+                source = topic.decode()
+                if source not in TOPIC_NAMES_SEEN and not known_topic_name(source):
+                    return None
+            stage = get(ERROR_HEADER_STAGE)
+            connector = get(ERROR_HEADER_CONNECTOR_NAME)
+        except (AttributeError, TypeError, UnicodeDecodeError):  # not bytes, or not UTF-8: the parser decides
+            return None
+        if (stage is not None and type(stage) is not bytes) or (connector is not None and type(connector) is not bytes):
+            return None
+        return source, stage, exception, connector
 
     def fields(self, problems: dict[str, str]) -> dict[str, Any]:
         """Every field the record's headers carry, decoded and checked; a field no header carries is left out.

@@ -46,22 +46,13 @@ from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kerr.errors.config import MASK, ConfigProblem, is_sensitive_key, parse_integer
 from airflow_kerr.errors.dead_letter import (
-    ERROR_HEADER_CONNECTOR_NAME,
-    ERROR_HEADER_EXCEPTION,
-    ERROR_HEADER_ORIG_OFFSET,
-    ERROR_HEADER_ORIG_PARTITION,
-    ERROR_HEADER_ORIG_TOPIC,
-    ERROR_HEADER_STAGE,
-    ERROR_HEADER_TASK_ID,
     DeadLetterRecord,
     HeaderSet,
     RawHeaders,
-    is_topic_name,
     letter_from,
     parse_dead_letter,
     shown,
 )
-from airflow_kerr.errors.dialects import CONNECT as CONNECT_DIALECT
 from airflow_kerr.errors.dialects import HEADER_LESS, header_set_name
 from airflow_kerr.errors.header_reader import display, read_error_headers
 from airflow_kerr.errors.masking import mask_secrets, mask_text
@@ -301,9 +292,6 @@ class DeadLetterFields:
 
 #: Raw field values: (exception class, stage, source topic, pipeline) as bytes or text, the dialect's name, malformed.
 _Raw = tuple[bytes | str | None, bytes | str | None, bytes | str | None, bytes | str | None, str, bool]
-#: Source topic values already checked as topic names, as they arrive (bytes): a DLQ names few.
-_VALID_TOPICS: set[bytes] = set()
-_VALID_TOPICS_KEPT = 4096
 _CONNECT = HeaderSet.CONNECT.value
 
 
@@ -323,41 +311,15 @@ def _fields_of_letter(letter: DeadLetterRecord) -> _Raw:
 def _raw_fields(headers: RawHeaders) -> _Raw:
     """The counted fields of one record's headers, undecoded when they can be, else as ``parse_dead_letter`` reads them.
 
-    Both paths read the headers once through :func:`read_error_headers`. The direct path
-    takes only a Connect record whose source topic, partition and offset headers are present
-    and plainly valid (a checked topic name, short ASCII decimals), whose task id is absent
-    or a short decimal, whose exception class header is there and that carries no other
-    dialect's field header (:attr:`ErrorHeaders.alone`): for such a record
-    ``parse_dead_letter`` finds no problem and reads the four fields from exactly these
-    headers (the last of a repeated name wins in both). Everything else is parsed.
+    Both paths read the headers once through :func:`read_error_headers`; a plain Connect
+    dead letter (:meth:`ErrorHeaders.plain_connect`) gives its fields as they arrive.
     """
     read = read_error_headers(headers)
-    if read.dialect is not CONNECT_DIALECT:
+    plain = read.plain_connect()
+    if plain is None:
         return _fields_of_letter(letter_from(read, None, None))
-    found = read.found
-    topic = found.get(ERROR_HEADER_ORIG_TOPIC)
-    partition = found.get(ERROR_HEADER_ORIG_PARTITION)
-    offset = found.get(ERROR_HEADER_ORIG_OFFSET)
-    task = found.get(ERROR_HEADER_TASK_ID)
-    if (
-        type(topic) is not bytes
-        or type(partition) is not bytes
-        or type(offset) is not bytes
-        or not (partition.isdigit() and len(partition) < 10)
-        or not (offset.isdigit() and len(offset) < 19)
-        or (task is not None and not (type(task) is bytes and task.isdigit() and len(task) < 10))
-        or found.get(ERROR_HEADER_EXCEPTION) is None
-        or not read.alone
-    ):
-        return _fields_of_letter(letter_from(read, None, None))
-    if topic not in _VALID_TOPICS:
-        if not (topic.isascii() and is_topic_name(topic.decode("ascii"))):
-            return _fields_of_letter(letter_from(read, None, None))
-        if len(_VALID_TOPICS) >= _VALID_TOPICS_KEPT:
-            _VALID_TOPICS.clear()
-        _VALID_TOPICS.add(topic)
-    stage, pipeline = found.get(ERROR_HEADER_STAGE), found.get(ERROR_HEADER_CONNECTOR_NAME)
-    return found.get(ERROR_HEADER_EXCEPTION), stage, topic, pipeline, _CONNECT, False
+    topic, stage, exception_class, pipeline = plain
+    return exception_class, stage, topic, pipeline, _CONNECT, False
 
 
 def _text(value: bytes | str | None) -> str | None:

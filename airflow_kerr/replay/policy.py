@@ -26,21 +26,13 @@ from airflow_kerr.errors import (
     parse_dead_letter,
 )
 from airflow_kerr.errors.dead_letter import (
-    ERROR_HEADER_EXCEPTION,
-    ERROR_HEADER_ORIG_OFFSET,
-    ERROR_HEADER_ORIG_PARTITION,
-    ERROR_HEADER_ORIG_TOPIC,
-    ERROR_HEADER_STAGE,
-    ERROR_HEADER_TASK_ID,
     INT64_MAX,
     STAGES_BY_HEADER_BYTES,
     TOPIC_NAME_RULE,
     is_topic_name,
-    known_topic_name,
     shown,
 )
-from airflow_kerr.errors.dialects import CONNECT as CONNECT_DIALECT
-from airflow_kerr.errors.header_reader import TOPIC_NAMES_SEEN, read_error_headers
+from airflow_kerr.errors.header_reader import read_error_headers
 
 LINEAGE_PREFIX = "__kerr.replay."
 HEADER_REPLAY_COUNT = LINEAGE_PREFIX + "count"
@@ -506,11 +498,10 @@ def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
     fix = policy.fix
     dlq = policy.dlq_topic
     # Per-record costs cut to the bone: the first replay's lineage headers prebuilt, targets'
-    # refusals and source topics' validity remembered in local dicts.
+    # refusals remembered in a local dict.
     first_count = _COUNT_HEADERS[1]
     run_header = policy.run_header
     target_ok: dict[str, bool] = {}
-    topic_names_seen = TOPIC_NAMES_SEEN
 
     def replay_fast(
         headers: Sequence[Header],
@@ -537,33 +528,13 @@ def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
         stage: Stage | None = None
         exception: str | None = None
         source: str | None = None
-        if dialect is CONNECT_DIALECT:
-            topic_raw = found.get(ERROR_HEADER_ORIG_TOPIC)
-            partition_raw = found.get(ERROR_HEADER_ORIG_PARTITION)
-            offset_raw = found.get(ERROR_HEADER_ORIG_OFFSET)
-            task_raw = found.get(ERROR_HEADER_TASK_ID)
-            exception_raw = found.get(ERROR_HEADER_EXCEPTION)
-            stage_raw = found.get(ERROR_HEADER_STAGE)
-            if exception_raw is None or not read.alone:
-                return None  # a field another dialect would give, or garbage in it: the parser decides
-            try:
-                # Plain decimal digits, short enough to be in range: the parser takes them as they are.
-                if partition_raw is not None and not (len(partition_raw) < 10 and partition_raw.isdigit()):
-                    return None
-                if offset_raw is not None and not (len(offset_raw) < 19 and offset_raw.isdigit()):
-                    return None
-                if task_raw is not None and not (len(task_raw) < 10 and task_raw.isdigit()):
-                    return None
-                if topic_raw is not None:
-                    source = topic_raw.decode()
-                    if source not in topic_names_seen and not known_topic_name(source):
-                        return None
-                stage = None if stage_raw is None else stage_of(stage_raw)
-                exception = exception_raw.decode("utf-8", errors="replace")
-            except (AttributeError, TypeError, UnicodeDecodeError):  # not bytes, or not UTF-8: the parser decides
+        if dialect is not None:
+            plain = read.plain_connect()
+            if plain is None:  # another dialect, or a value to look at closer: the parser and decide() see to it
                 return None
-        elif dialect is not None:  # another dialect: parse_dead_letter reads it, decide() decides
-            return None
+            source, stage_raw, exception_raw, _ = plain
+            stage = None if stage_raw is None else stage_of(stage_raw)
+            exception = exception_raw.decode("utf-8", errors="replace")
         target = override or source
         if not target:
             return None
