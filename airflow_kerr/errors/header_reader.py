@@ -169,6 +169,75 @@ def _dialect_of_prefix(names: Iterable[object]) -> Dialect | None:
     return None if best is None else DIALECTS[best]
 
 
+#: A plain Connect dead letter's source topic, raw stage, exception class and connector name, and its headers by name.
+PlainConnect = tuple[str | None, bytes | None, bytes, bytes | None, dict[str, Any]]
+_NOT_CONNECT_NAMES = frozenset().union(*(dialect.names for dialect in DIALECTS if dialect is not CONNECT))
+
+
+def plain_connect_of(headers: object) -> PlainConnect | None:
+    """A plain Connect dead letter's source topic, raw stage, exception class and connector name, and headers by name.
+
+    ``None`` unless ``headers`` is confluent-kafka's list of pairs of a Connect dead letter
+    alone (no other dialect's field header), with an exception class header, whose
+    partition, offset and task id are absent or short ASCII decimals and whose source topic
+    is absent or a valid name: for such a record
+    :func:`~airflow_kerr.errors.dead_letter.parse_dead_letter` finds no problem and reads
+    these fields from exactly these headers (the last of a repeated name, as Connect
+    appends). The view's count and the replay's fast path take it, a million times a scan,
+    without building an :class:`ErrorHeaders`; anything else they read in full.
+    """
+    if type(headers) is not list:
+        return None
+    try:
+        found = dict(headers)
+    except (TypeError, ValueError):
+        return None
+    get = found.get
+    exception = get(ERROR_HEADER_EXCEPTION)  # Connect's, and only Connect writes it
+    if type(exception) is not bytes or not _NOT_CONNECT_NAMES.isdisjoint(found):
+        return None
+    partition = get(ERROR_HEADER_ORIG_PARTITION)
+    offset = get(ERROR_HEADER_ORIG_OFFSET)
+    task = get(ERROR_HEADER_TASK_ID)
+    topic = get(ERROR_HEADER_ORIG_TOPIC)
+    try:
+        # Plain decimal digits, short enough to be in range: the parser takes them as they are.
+        if partition is not None and not (len(partition) < 10 and partition.isdigit()):
+            return None
+        if offset is not None and not (len(offset) < 19 and offset.isdigit()):
+            return None
+        if task is not None and not (len(task) < 10 and task.isdigit()):
+            return None
+        source = None
+        if topic is not None:
+            source = topic.decode()
+            if source not in TOPIC_NAMES_SEEN and not known_topic_name(source):
+                return None
+    except (AttributeError, TypeError, UnicodeDecodeError):  # not bytes, or not UTF-8: the parser decides
+        return None
+    stage = get(ERROR_HEADER_STAGE)
+    connector = get(ERROR_HEADER_CONNECTOR_NAME)
+    if (stage is not None and type(stage) is not bytes) or (connector is not None and type(connector) is not bytes):
+        return None
+    return source, stage, exception, connector, found
+
+
+def original_headers(pairs: Sequence[Any]) -> list[Header] | None:
+    """The pairs that are no writer's error header, in order, if all are ``(str, bytes | None)`` tuples; else ``None``.
+
+    One comprehension that finds known error headers by name before testing prefixes: the
+    common case of :attr:`ErrorHeaders.kept`, and the replay's for a plain Connect record.
+    """
+    try:
+        kept = [pair for pair in pairs if pair[0] not in _ERROR_NAMES and not pair[0].startswith(ERROR_HEADER_PREFIXES)]
+    except (AttributeError, TypeError, LookupError):  # not a (str, value) pair
+        return None
+    for pair in kept:
+        if type(pair) is not tuple or (pair[1] is not None and type(pair[1]) is not bytes):
+            return None
+    return kept
+
+
 class ErrorHeaders:
     """One record's headers, read once.
 
@@ -205,18 +274,8 @@ class ErrorHeaders:
         """
         kept = self._kept
         if kept is None:
-            try:  # the common case in one comprehension: confluent-kafka's (str, bytes) tuples
-                # A known error header is found by its name; only the others need the prefixes' test.
-                kept = [
-                    pair
-                    for pair in self.pairs
-                    if pair[0] not in _ERROR_NAMES and not pair[0].startswith(ERROR_HEADER_PREFIXES)
-                ]
-                for pair in kept:
-                    if type(pair) is not tuple or (pair[1] is not None and type(pair[1]) is not bytes):
-                        kept = self._kept_checked()
-                        break
-            except (AttributeError, TypeError, LookupError):  # not a (str, value) pair: say what
+            kept = original_headers(self.pairs)
+            if kept is None:
                 kept = self._kept_checked()
             self._kept = kept
         return kept
@@ -251,47 +310,6 @@ class ErrorHeaders:
             for name in BINARY_HEADERS.keys() & shown_headers.keys():
                 shown_headers[name] = display(name, self.found[name])
         return shown_headers
-
-    def plain_connect(self) -> tuple[str | None, bytes | None, bytes, bytes | None] | None:
-        """A plain Connect dead letter's source topic, and its stage, exception class and connector name as bytes.
-
-        ``None`` unless the record is a Connect dead letter alone (no other dialect's field
-        header), with an exception class header, whose partition, offset and task id are
-        absent or short ASCII decimals and whose source topic is absent or a valid name: for
-        such a record :func:`~airflow_kerr.errors.dead_letter.parse_dead_letter` finds no
-        problem and reads these fields from exactly these headers. The view's count and the
-        replay's fast path take it; anything else they parse.
-        """
-        if self.dialect is not CONNECT or not self.alone:
-            return None
-        get = self.found.get
-        exception = get(ERROR_HEADER_EXCEPTION)
-        if type(exception) is not bytes:
-            return None
-        partition = get(ERROR_HEADER_ORIG_PARTITION)
-        offset = get(ERROR_HEADER_ORIG_OFFSET)
-        task = get(ERROR_HEADER_TASK_ID)
-        topic = get(ERROR_HEADER_ORIG_TOPIC)
-        try:
-            # Plain decimal digits, short enough to be in range: the parser takes them as they are.
-            if partition is not None and not (len(partition) < 10 and partition.isdigit()):
-                return None
-            if offset is not None and not (len(offset) < 19 and offset.isdigit()):
-                return None
-            if task is not None and not (len(task) < 10 and task.isdigit()):
-                return None
-            source = None
-            if topic is not None:
-                source = topic.decode()
-                if source not in TOPIC_NAMES_SEEN and not known_topic_name(source):
-                    return None
-            stage = get(ERROR_HEADER_STAGE)
-            connector = get(ERROR_HEADER_CONNECTOR_NAME)
-        except (AttributeError, TypeError, UnicodeDecodeError):  # not bytes, or not UTF-8: the parser decides
-            return None
-        if (stage is not None and type(stage) is not bytes) or (connector is not None and type(connector) is not bytes):
-            return None
-        return source, stage, exception, connector
 
     def fields(self, problems: dict[str, str]) -> dict[str, Any]:
         """Every field the record's headers carry, decoded and checked; a field no header carries is left out.

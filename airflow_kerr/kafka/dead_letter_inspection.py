@@ -54,7 +54,7 @@ from airflow_kerr.errors.dead_letter import (
     shown,
 )
 from airflow_kerr.errors.dialects import HEADER_LESS, header_set_name
-from airflow_kerr.errors.header_reader import display, read_error_headers
+from airflow_kerr.errors.header_reader import display, plain_connect_of, read_error_headers
 from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.errors.stage import Stage
 from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, watermarks
@@ -311,14 +311,13 @@ def _fields_of_letter(letter: DeadLetterRecord) -> _Raw:
 def _raw_fields(headers: RawHeaders) -> _Raw:
     """The counted fields of one record's headers, undecoded when they can be, else as ``parse_dead_letter`` reads them.
 
-    Both paths read the headers once through :func:`read_error_headers`; a plain Connect
-    dead letter (:meth:`ErrorHeaders.plain_connect`) gives its fields as they arrive.
+    A plain Connect dead letter (:func:`plain_connect_of`) gives its fields as they arrive;
+    any other record is read by :func:`read_error_headers` and parsed.
     """
-    read = read_error_headers(headers)
-    plain = read.plain_connect()
-    if plain is None:
-        return _fields_of_letter(letter_from(read, None, None))
-    topic, stage, exception_class, pipeline = plain
+    fast = plain_connect_of(headers)
+    if fast is None:
+        return _fields_of_letter(letter_from(read_error_headers(headers), None, None))
+    topic, stage, exception_class, pipeline, _ = fast
     return exception_class, stage, topic, pipeline, _CONNECT, False
 
 

@@ -32,7 +32,7 @@ from airflow_kerr.errors.dead_letter import (
     is_topic_name,
     shown,
 )
-from airflow_kerr.errors.header_reader import read_error_headers
+from airflow_kerr.errors.header_reader import original_headers, plain_connect_of, read_error_headers
 
 LINEAGE_PREFIX = "__kerr.replay."
 HEADER_REPLAY_COUNT = LINEAGE_PREFIX + "count"
@@ -513,28 +513,31 @@ def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
     ) -> tuple[Outgoing | None, BreakdownKey] | Decision | None:
         if key is None and value is None:  # a pointer to resolve, or nothing to write
             return None
-        try:
-            read = read_error_headers(headers)
-            kept = read.kept
-        except TypeError:  # not (str, bytes) pairs: the parser says what is wrong
-            return None
-        found = read.found
-        dialect = read.dialect
+        stage: Stage | None = None
+        exception: str | None = None
+        source: str | None = None
+        fast = plain_connect_of(headers)
+        if fast is not None:
+            source, stage_raw, exception_raw, _, found = fast
+            kept = original_headers(headers)
+            if kept is None:
+                return None
+            stage = None if stage_raw is None else stage_of(stage_raw)
+            exception = exception_raw.decode("utf-8", errors="replace")
+        else:  # header-less (with a target it goes as it is), or anything for the parser and decide()
+            try:
+                read = read_error_headers(headers)
+                if read.dialect is not None:
+                    return None
+                kept = read.kept
+            except TypeError:  # not (str, bytes) pairs: the parser says what is wrong
+                return None
+            found = read.found
         count = 0
         if not _LINEAGE_NAMES.isdisjoint(found):
             kept, count = _split_lineage(kept)
             if count >= max_replays:
                 return None
-        stage: Stage | None = None
-        exception: str | None = None
-        source: str | None = None
-        if dialect is not None:
-            plain = read.plain_connect()
-            if plain is None:  # another dialect, or a value to look at closer: the parser and decide() see to it
-                return None
-            source, stage_raw, exception_raw, _ = plain
-            stage = None if stage_raw is None else stage_of(stage_raw)
-            exception = exception_raw.decode("utf-8", errors="replace")
         target = override or source
         if not target:
             return None
