@@ -171,6 +171,8 @@ def _dialect_of_prefix(names: Iterable[object]) -> Dialect | None:
 
 #: A plain Connect dead letter's source topic, raw stage, exception class and connector name, and its headers by name.
 PlainConnect = tuple[str | None, bytes | None, bytes, bytes | None, dict[str, Any]]
+#: Source topic headers already found valid, as they arrive, and their text: a DLQ names few topics.
+_TOPIC_TEXT: dict[bytes, str] = {}
 _NOT_CONNECT_NAMES = frozenset().union(*(dialect.names for dialect in DIALECTS if dialect is not CONNECT))
 
 
@@ -210,9 +212,14 @@ def plain_connect_of(headers: object) -> PlainConnect | None:
             return None
         source = None
         if topic is not None:
-            source = topic.decode()
-            if source not in TOPIC_NAMES_SEEN and not known_topic_name(source):
-                return None
+            source = _TOPIC_TEXT.get(topic)
+            if source is None:
+                source = topic.decode()
+                if not known_topic_name(source):
+                    return None
+                if len(_TOPIC_TEXT) >= _TOPIC_NAMES_KEPT:
+                    _TOPIC_TEXT.clear()
+                _TOPIC_TEXT[topic] = source
     except (AttributeError, TypeError, UnicodeDecodeError):  # not bytes, or not UTF-8: the parser decides
         return None
     stage = get(ERROR_HEADER_STAGE)

@@ -770,7 +770,13 @@ def summarize(
                     if offset + 1 >= ends[partition]:
                         todo.discard(partition)
                     read += 1
-                    exception_class, stage, source_topic, pipeline, header_set, bad = _raw_fields(message.headers())
+                    headers = message.headers()
+                    fast = plain_connect_of(headers)  # a plain Connect dead letter: no parse, as _raw_fields does
+                    if fast is None:
+                        exception_class, stage, source_topic, pipeline, header_set, bad = _raw_fields(headers)
+                    else:
+                        source_topic, stage, exception_class, pipeline, _ = fast
+                        header_set, bad = _CONNECT, False
                     if bad:
                         malformed += 1
                     kind, stamp = message.timestamp()
