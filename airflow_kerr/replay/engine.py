@@ -965,7 +965,7 @@ class DlqReplay:
     def _check_first_record(
         self, messages: Sequence[Any], positions: Mapping[int, int], ends: Mapping[int, int], policy: ReplayPolicy
     ) -> None:
-        """Fail before anything is written when the run's first record is header-less and no target is set.
+        """Fail before anything is written when the run's first record is header-less, selected, and no target is set.
 
         A header-less DLQ (Airflow's ``KafkaSharedStreamTrigger(dlq_topic=…)``, most hand-written
         producers) does not say where its records came from, and the replay never guesses:
@@ -980,10 +980,14 @@ class DlqReplay:
             if policy.target_topic is not None:
                 return
             try:
-                dialect = read_error_headers(message.headers() or []).dialect
+                headers = message.headers() or []
+                if read_error_headers(headers).dialect is not None:
+                    return
+                letter = parse(headers, message.key(), message.value(), topic=message.topic(), offset=offset)
             except Exception:  # headers that cannot be read: the record is parked as malformed
                 return
-            if dialect is None:
+            selection = self.options.selection
+            if selection.everything or selection.matches(letter):
                 raise InvalidReplayOptions(
                     [
                         f"target_topic: not set, and the first dead letter read, {message.topic()}/{partition}/"

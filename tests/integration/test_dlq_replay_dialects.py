@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
 from airflow_kerr.kafka.offsets import end_offsets, read_to_end
 from airflow_kerr.replay.engine import DlqReplay
 from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
@@ -220,6 +221,30 @@ def test_kip_1191_pointers_replay_the_original_and_park_the_ones_that_are_gone(
     ]
     assert all(headers_of(m)[HEADER_REPLAY_SOURCE] for m in parked)
     assert_nothing_left(kafka_config, dlq)
+
+
+def test_a_header_less_record_outside_the_selection_does_not_stop_the_run(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """The target_topic check applies to a header-less first record the run would take, not one it skips.
+
+    The Connect record is built by the product's ``build_dead_letter_record``, which writes
+    Connect's ``DeadLetterQueueReporter`` headers (checked against Connect in the unit tests).
+    """
+    source = create_topic(unique_topic)
+    dlq = create_topic(f"{unique_topic}.dlq")
+    stray = Original("elsewhere", 0, 0, RECENT_MS, b"stray", b"?")
+    failed = SourceRecord(source, 0, 5, RECENT_MS, key=b"k-5", value=b"v-5")
+    context = ErrorContext(TaskId("orders_pipeline", 0), Stage.TRANSFORMATION, "mypkg.v", ValueError("bad"), failed)
+    produce(
+        kafka_config, [header_less(stray, dlq_topic=dlq), build_dead_letter_record(context, topic=dlq).produce_kwargs()]
+    )
+
+    summary = replay(kafka_config, dlq, source_topics=[source])
+
+    assert (summary.scanned, summary.selected, summary.replayed) == (2, 1, 1)
+    (landed,) = read_to_end(kafka_config, source, isolation_level="read_committed")
+    assert (landed.key(), landed.value()) == (b"k-5", b"v-5")
 
 
 @pytest.mark.transactions
