@@ -169,64 +169,94 @@ def _dialect_of_prefix(names: Iterable[object]) -> Dialect | None:
     return None if best is None else DIALECTS[best]
 
 
-#: A plain Connect dead letter's source topic, raw stage, exception class and connector name, and its headers by name.
-PlainConnect = tuple[str | None, bytes | None, bytes, bytes | None, dict[str, Any]]
+#: A plain Connect dead letter's source topic, raw stage, exception class and connector name, and its original headers.
+PlainConnect = tuple[str | None, bytes | None, bytes, bytes | None, list[Header]]
+#: Connect's ten headers by the slot plain_connect_of keeps them in: source topic, partition, offset, task id,
+#: stage, exception class, connector; the three it does not read share the last.
+_CONNECT_SLOTS: dict[str, int] = {
+    ERROR_HEADER_ORIG_TOPIC: 0,
+    ERROR_HEADER_ORIG_PARTITION: 1,
+    ERROR_HEADER_ORIG_OFFSET: 2,
+    ERROR_HEADER_TASK_ID: 3,
+    ERROR_HEADER_STAGE: 4,
+    ERROR_HEADER_EXCEPTION: 5,
+    ERROR_HEADER_CONNECTOR_NAME: 6,
+    **dict.fromkeys(
+        CONNECT.names
+        - {
+            ERROR_HEADER_ORIG_TOPIC,
+            ERROR_HEADER_ORIG_PARTITION,
+            ERROR_HEADER_ORIG_OFFSET,
+            ERROR_HEADER_TASK_ID,
+            ERROR_HEADER_STAGE,
+            ERROR_HEADER_EXCEPTION,
+            ERROR_HEADER_CONNECTOR_NAME,
+        },
+        7,
+    ),
+}
 #: Source topic headers already found valid, as they arrive, and their text: a DLQ names few topics.
 _TOPIC_TEXT: dict[bytes, str] = {}
-_NOT_CONNECT_NAMES = frozenset().union(*(dialect.names for dialect in DIALECTS if dialect is not CONNECT))
 
 
 def plain_connect_of(headers: object) -> PlainConnect | None:
-    """A plain Connect dead letter's source topic, raw stage, exception class and connector name, and headers by name.
+    """A plain Connect dead letter's source topic, raw stage, exception class and connector name, and original headers.
 
-    ``None`` unless ``headers`` is confluent-kafka's list of pairs of a Connect dead letter
-    alone (no other dialect's field header), with an exception class header, whose
-    partition, offset and task id are absent or short ASCII decimals and whose source topic
-    is absent or a valid name: for such a record
+    ``None`` unless ``headers`` is confluent-kafka's list of ``(str, bytes | None)`` pairs of
+    a Connect dead letter alone (no other dialect's header, no unknown error header), with an
+    exception class header, whose partition, offset and task id are absent or short ASCII
+    decimals and whose source topic is absent or a valid name: for such a record
     :func:`~airflow_kerr.errors.dead_letter.parse_dead_letter` finds no problem and reads
     these fields from exactly these headers (the last of a repeated name, as Connect
-    appends). The view's count and the replay's fast path take it, a million times a scan,
-    without building an :class:`ErrorHeaders`; anything else they read in full.
+    appends), and its original headers are the others, in order.
+
+    The view's count and the replay's fast path take a plain Connect dead letter here, a
+    million times a scan: one pass over the pairs, a dict look-up each, no
+    :class:`ErrorHeaders` built. Anything else they read in full.
     """
     if type(headers) is not list:
         return None
+    slots: list[Any] = [None] * 8
+    kept: list[Header] = []
+    slot_of = _CONNECT_SLOTS.get
     try:
-        found = dict(headers)
-    except (TypeError, ValueError):
+        for pair in headers:
+            name, raw = pair
+            if raw is not None and type(raw) is not bytes:
+                return None
+            slot = slot_of(name)
+            if slot is not None:
+                slots[slot] = raw
+            elif type(pair) is not tuple or name.startswith(ERROR_HEADER_PREFIXES):
+                return None  # another dialect's header, or an error header no field is read from
+            else:
+                kept.append(pair)
+    except (AttributeError, TypeError, ValueError):  # not (str, bytes) pairs: the reader says what is wrong
         return None
-    get = found.get
-    exception = get(ERROR_HEADER_EXCEPTION)  # Connect's, and only Connect writes it
-    if type(exception) is not bytes or not _NOT_CONNECT_NAMES.isdisjoint(found):
+    topic, partition, offset, task, stage, exception, connector, _ = slots
+    if exception is None:
         return None
-    partition = get(ERROR_HEADER_ORIG_PARTITION)
-    offset = get(ERROR_HEADER_ORIG_OFFSET)
-    task = get(ERROR_HEADER_TASK_ID)
-    topic = get(ERROR_HEADER_ORIG_TOPIC)
-    try:
-        # Plain decimal digits, short enough to be in range: the parser takes them as they are.
-        if partition is not None and not (len(partition) < 10 and partition.isdigit()):
-            return None
-        if offset is not None and not (len(offset) < 19 and offset.isdigit()):
-            return None
-        if task is not None and not (len(task) < 10 and task.isdigit()):
-            return None
-        source = None
-        if topic is not None:
-            source = _TOPIC_TEXT.get(topic)
-            if source is None:
+    # Plain decimal digits, short enough to be in range: the parser takes them as they are.
+    if partition is not None and not (len(partition) < 10 and partition.isdigit()):
+        return None
+    if offset is not None and not (len(offset) < 19 and offset.isdigit()):
+        return None
+    if task is not None and not (len(task) < 10 and task.isdigit()):
+        return None
+    source = None
+    if topic is not None:
+        source = _TOPIC_TEXT.get(topic)
+        if source is None:
+            try:
                 source = topic.decode()
-                if not known_topic_name(source):
-                    return None
-                if len(_TOPIC_TEXT) >= _TOPIC_NAMES_KEPT:
-                    _TOPIC_TEXT.clear()
-                _TOPIC_TEXT[topic] = source
-    except (AttributeError, TypeError, UnicodeDecodeError):  # not bytes, or not UTF-8: the parser decides
-        return None
-    stage = get(ERROR_HEADER_STAGE)
-    connector = get(ERROR_HEADER_CONNECTOR_NAME)
-    if (stage is not None and type(stage) is not bytes) or (connector is not None and type(connector) is not bytes):
-        return None
-    return source, stage, exception, connector, found
+            except UnicodeDecodeError:
+                return None
+            if not known_topic_name(source):
+                return None
+            if len(_TOPIC_TEXT) >= _TOPIC_NAMES_KEPT:
+                _TOPIC_TEXT.clear()
+            _TOPIC_TEXT[topic] = source
+    return source, stage, exception, connector, kept
 
 
 def original_headers(pairs: Sequence[Any]) -> list[Header] | None:

@@ -32,15 +32,13 @@ from airflow_kerr.errors.dead_letter import (
     is_topic_name,
     shown,
 )
-from airflow_kerr.errors.header_reader import original_headers, plain_connect_of, read_error_headers
+from airflow_kerr.errors.header_reader import plain_connect_of, read_error_headers
 
 LINEAGE_PREFIX = "__kerr.replay."
 HEADER_REPLAY_COUNT = LINEAGE_PREFIX + "count"
 HEADER_REPLAY_SOURCE = LINEAGE_PREFIX + "source"
 HEADER_REPLAY_RUN = LINEAGE_PREFIX + "run"
 HEADER_PARKED_REASON = LINEAGE_PREFIX + "parked.reason"
-#: The lineage headers: a record carrying none of them was never replayed (the common case, checked at once).
-_LINEAGE_NAMES = frozenset((HEADER_REPLAY_COUNT, HEADER_REPLAY_SOURCE, HEADER_REPLAY_RUN, HEADER_PARKED_REASON))
 
 #: Replays of one record before it is parked instead of replayed again.
 DEFAULT_MAX_REPLAYS = 3
@@ -518,10 +516,7 @@ def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
         source: str | None = None
         fast = plain_connect_of(headers)
         if fast is not None:
-            source, stage_raw, exception_raw, _, found = fast
-            kept = original_headers(headers)
-            if kept is None:
-                return None
+            source, stage_raw, exception_raw, _, kept = fast
             stage = None if stage_raw is None else stage_of(stage_raw)
             exception = exception_raw.decode("utf-8", errors="replace")
         else:  # header-less (with a target it goes as it is), or anything for the parser and decide()
@@ -532,12 +527,13 @@ def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
                 kept = read.kept
             except TypeError:  # not (str, bytes) pairs: the parser says what is wrong
                 return None
-            found = read.found
         count = 0
-        if not _LINEAGE_NAMES.isdisjoint(found):
-            kept, count = _split_lineage(kept)
-            if count >= max_replays:
-                return None
+        for name, _ in kept:
+            if name.startswith(LINEAGE_PREFIX):  # replayed before: how often decides
+                kept, count = _split_lineage(kept)
+                if count >= max_replays:
+                    return None
+                break
         target = override or source
         if not target:
             return None
