@@ -33,9 +33,20 @@ forever, so the local connection raises that limit to librdkafka's maximum (2 GB
 answer then carries the partition's whole backlog. ``--partitions 1`` puts all the dead
 letters in one partition. ``KAFKA_BOOTSTRAP_SERVERS`` runs against an existing cluster instead.
 
-Writes ``benchmarks/results/dlq_summary.json`` and ``dlq_summary.png``.
+``--dialect spring`` writes Spring Kafka's dead letters instead of Connect's: the same keys,
+values, timestamps, source topics and exception classes (as the root cause,
+``kafka_dlt-exception-cause-fqcn``, which the view counts them under), built byte for byte by
+``tests/dead_letter_writers.py``'s ``spring_dlt`` (``DeadLetterPublishingRecoverer``'s eleven
+``kafka_dlt-*`` headers, big-endian partition, offset and timestamp). Spring writes no stage, so
+every record counts under stage ``(none)``.
+
+Writes ``benchmarks/results/dlq_summary.json`` and ``dlq_summary.png``. The file holds the
+latest run of each dialect: the top-level keys are the Connect run's (the default dialect; any
+run's when there is none), each run says its ``dialect``, and ``other_dialects`` holds the latest
+run of every other dialect, each in the same form. The chart has one row per dialect.
 
     .venv/bin/python benchmarks/dlq_summary.py                     # 1,000,000 records, 3 runs
+    .venv/bin/python benchmarks/dlq_summary.py --dialect spring    # the same as Spring dead letters
     .venv/bin/python benchmarks/dlq_summary.py --records 50000 --runs 1 --quiet-timeout 0
 """
 
@@ -51,12 +62,17 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from machine_load import CpuMeter
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: The repository's root: ``tests.dead_letter_writers`` is imported from there for Spring's dead letters.
+ROOT = Path(__file__).resolve().parent.parent
+#: The dead-letter writers the DLQ can be filled by; the first is the default.
+DIALECTS = ("connect", "spring")
 FIRST_FIGURES_GOAL_S = 2.0
 FULL_COUNTS_GOAL_S = 10.0
 QUIET_CORES = 0.3
@@ -68,6 +84,8 @@ CLASSES = ("ValueError", "KeyError", "json.decoder.JSONDecodeError", "airflow_ke
 STAGES = ("TRANSFORMATION", "VALUE_CONVERTER", "TASK_PUT")
 SOURCES = ("orders", "payments", "refunds")
 REPLAY_GROUP = "bench.dlq_summary.replay"
+#: Record ``i``'s value: about 100 bytes of JSON.
+VALUE = b'{"id": "o-%08d", "customer": "c-0042", "amount": -12.5, "currency": "EUR", "note": "xxxxx"}'
 
 
 def combination(i: int) -> tuple[str, str, str]:
@@ -75,12 +93,15 @@ def combination(i: int) -> tuple[str, str, str]:
     return CLASSES[i % 7 % 4], STAGES[i % 5 % 3], SOURCES[i % 11 % 3]
 
 
-def expected_counts(count: int) -> dict[str, Counter[str]]:
+def expected_counts(count: int, dialect: str = "connect") -> dict[str, Counter[str]]:
+    """What the summary must count: Spring writes no stage, so its records count under ``(none)``."""
+    from airflow_kerr.kafka.dead_letter_inspection import NONE_KEY
+
     counts: dict[str, Counter[str]] = {"exception_class": Counter(), "stage": Counter(), "source_topic": Counter()}
     for i in range(count):
         cls, stage, source = combination(i)
         counts["exception_class"][cls] += 1
-        counts["stage"][stage] += 1
+        counts["stage"][stage if dialect == "connect" else NONE_KEY] += 1
         counts["source_topic"][source] += 1
     return counts
 
@@ -91,16 +112,37 @@ def error_named(name: str, message: str) -> Exception:
     return type(short, (Exception,), {"__module__": module or "builtins"})(message)
 
 
-def write_dlq(config: dict[str, Any], topic: str, count: int, partitions: int) -> float:
-    """Write the DLQ as Connect would (ten context headers per record); the seconds it took."""
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+def spring_letters(topic: str, count: int, partitions: int) -> Iterator[dict[str, Any]]:
+    """Record ``i`` as Spring would dead-letter it: ``Producer.produce`` keyword arguments.
 
+    The same key, value, timestamp, source topic and (root cause) exception class as the
+    Connect record ``i``; the source partition and offset are ``i % 3`` and ``i`` as there.
+    """
+    if str(ROOT) not in sys.path:
+        sys.path.append(str(ROOT))
+    from tests.dead_letter_writers import Original, spring_dlt
+
+    for i in range(count):
+        cls_name, _, source = combination(i)
+        original = Original(
+            topic=source,
+            partition=i % 3,
+            offset=i,
+            timestamp=T0_MS + i * SPAN_MS // count,
+            key=b"o-%08d" % i,
+            value=VALUE % i,
+        )
+        letter = spring_dlt(
+            original, dlt_topic=topic, cause=cls_name, cause_message="order has a non-positive amount: -12.5"
+        )
+        letter["partition"] = i % partitions
+        yield letter
+
+
+def connect_letters(topic: str, count: int, partitions: int) -> Iterator[dict[str, Any]]:
+    """Record ``i`` as Connect would dead-letter it (ten context headers): ``Producer.produce`` keyword arguments."""
     from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, connect_context_headers
 
-    admin = AdminClient(config)
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(30)
     # One header list per combination; per record only the source partition and offset headers change.
     templates: dict[tuple[str, str, str], list[tuple[str, str | bytes | None]]] = {}
     for cls_name in CLASSES:
@@ -111,21 +153,37 @@ def write_dlq(config: dict[str, Any], topic: str, count: int, partitions: int) -
                     TaskId("orders_pipeline", 0), Stage(stage), "bench.validate", error, SourceRecord(source, 0, 0)
                 )
                 templates[(cls_name, stage, source)] = list(connect_context_headers(context))
-    producer = Producer(
-        {**config, "linger.ms": 50, "batch.num.messages": 10000, "queue.buffering.max.messages": 500000}
-    )
-    started = time.perf_counter()
     for i in range(count):
         headers = list(templates[combination(i)])
         headers[1] = (headers[1][0], b"%d" % (i % 3))
         headers[2] = (headers[2][0], b"%d" % i)
-        value = b'{"id": "o-%08d", "customer": "c-0042", "amount": -12.5, "currency": "EUR", "note": "xxxxx"}' % i
-        timestamp = T0_MS + i * SPAN_MS // count
+        yield {
+            "topic": topic,
+            "value": VALUE % i,
+            "key": b"o-%08d" % i,
+            "partition": i % partitions,
+            "headers": headers,
+            "timestamp": T0_MS + i * SPAN_MS // count,
+        }
+
+
+def write_dlq(config: dict[str, Any], topic: str, count: int, partitions: int, dialect: str = "connect") -> float:
+    """Write the DLQ as ``dialect``'s writer would; the seconds it took."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(config)
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(30)
+    letters = spring_letters if dialect == "spring" else connect_letters
+    producer = Producer(
+        {**config, "linger.ms": 50, "batch.num.messages": 10000, "queue.buffering.max.messages": 500000}
+    )
+    started = time.perf_counter()
+    for letter in letters(topic, count, partitions):
         while True:
             try:
-                producer.produce(
-                    topic, value, b"o-%08d" % i, partition=i % partitions, headers=headers, timestamp=timestamp
-                )
+                producer.produce(**letter)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -197,6 +255,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--broker", choices=("tansu", "noida"), default=None, help="default: the embedded default")
     parser.add_argument("--quiet-timeout", type=float, default=600.0, help="seconds to wait for a quiet machine")
+    parser.add_argument(
+        "--dialect", choices=DIALECTS, default=DIALECTS[0], help="whose dead letters fill the DLQ (default: connect)"
+    )
     args = parser.parse_args()
 
     from airflow_kerr.local.broker import LocalBroker, resolve_bootstrap_servers
@@ -212,16 +273,16 @@ def main() -> int:
     meter = CpuMeter()
     rows: list[dict[str, Any]] = []
     try:
-        written_s = write_dlq(config, topic, args.records, args.partitions)
-        print(f"wrote {args.records:,} dead letters in {written_s:.1f} s", flush=True)
-        expected = expected_counts(args.records)
+        written_s = write_dlq(config, topic, args.records, args.partitions, args.dialect)
+        print(f"wrote {args.records:,} {args.dialect} dead letters in {written_s:.1f} s", flush=True)
+        expected = expected_counts(args.records, args.dialect)
         for run in range(args.runs):
             waited, quiet_reading = (0.0, -1.0)
             if args.quiet_timeout > 0:
                 waited, quiet_reading = meter.wait_quiet(QUIET_CORES, args.quiet_timeout)
             before = meter.sample()
             row = one_run(config, topic, expected)
-            row.update(run=run, waited_for_quiet_s=waited, others_cores_before=quiet_reading)
+            row.update(run=run, dialect=args.dialect, waited_for_quiet_s=waited, others_cores_before=quiet_reading)
             row["others_cores"] = meter.foreign_cores(before, meter.sample())
             rows.append(row)
             print(
@@ -235,6 +296,7 @@ def main() -> int:
             broker.stop()
     report = {
         "benchmark": "dlq_summary",
+        "dialect": args.dialect,
         "records": args.records,
         "partitions": args.partitions,
         "broker": "KAFKA_BOOTSTRAP_SERVERS" if broker is None else f"embedded {broker.kind}",
@@ -260,19 +322,41 @@ def main() -> int:
         "runs": rows,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "dlq_summary.json").write_text(json.dumps(report, indent=2) + "\n")
-    chart(report, RESULTS / "dlq_summary.png")
+    path = RESULTS / "dlq_summary.json"
+    merged = with_other_dialects(report, json.loads(path.read_text()) if path.exists() else {})
+    path.write_text(json.dumps(merged, indent=2) + "\n")
+    chart(merged, RESULTS / "dlq_summary.png")
     print(json.dumps(report["summary"], indent=2))
     return 0
 
 
+def with_other_dialects(report: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
+    """``report`` and the latest run of each other dialect in ``previous`` (the file as it was), in one file.
+
+    The top-level keys are the default dialect's run when there is one, so that what the
+    READMEs quote keeps describing Connect records; ``other_dialects`` holds the rest, each
+    as a whole report. A previous file without ``dialect`` (written before there was a choice)
+    is left out: its setup is not known to match.
+    """
+    latest: dict[str, dict[str, Any]] = {}
+    if previous.get("benchmark") == report["benchmark"] and "dialect" in previous:
+        latest[previous["dialect"]] = {k: v for k, v in previous.items() if k != "other_dialects"}
+        latest.update(previous.get("other_dialects", {}))
+    latest[report["dialect"]] = report
+    primary = latest.get(DIALECTS[0], report)
+    others = {name: latest[name] for name in DIALECTS if name in latest and name != primary["dialect"]}
+    return {**primary, "other_dialects": others}
+
+
 def chart(report: dict[str, Any], path: Path) -> None:
+    """One row per dialect in the file: first figures (stacked by call) and full counts, per run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    reports = [report, *report.get("other_dialects", {}).values()]
+    figure, grid = plt.subplots(len(reports), 2, figsize=(10, 4.2 * len(reports)), squeeze=False)
     panels = (
         (
             "first_figures_s",
@@ -282,32 +366,35 @@ def chart(report: dict[str, Any], path: Path) -> None:
         ),
         ("full_counts_s", "full counts", FULL_COUNTS_GOAL_S, ()),
     )
-    for axis, (key, title, goal, parts) in zip(axes, panels, strict=True):
-        runs = report["runs"]
+    for row, shown in zip(grid, reports, strict=True):
+        runs = shown["runs"]
         xs = [str(r["run"]) for r in runs]
-        if parts:
-            bottom = [0.0] * len(runs)
-            for part in parts:
-                values = [r["parts_s"][part] for r in runs]
-                axis.bar(xs, values, bottom=bottom, label=part.removesuffix("_s"))
-                bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-            axis.legend(fontsize=7, loc="upper left")
-        else:
-            axis.bar(xs, [r[key] for r in runs], color="tab:blue")
-        axis.axhline(goal, color="tab:red", linestyle="--", linewidth=1, label=f"goal {goal:g} s")
-        stats = report["summary"][key]
-        axis.set_title(
-            f"{title}: median {stats['median']:.2f} s ({stats['min']:.2f}-{stats['max']:.2f}), goal {goal:g} s",
-            fontsize=9,
-        )
-        axis.set_xlabel("run")
-        axis.set_ylabel("seconds")
-        axis.set_ylim(0, max(goal, max(r[key] for r in runs)) * 1.25)
-    figure.suptitle(
-        f"DLQ view on {report['records']:,} dead letters ({report['broker']}, {report['partitions']} partitions); "
-        f"others used {report['summary']['others_cores']['median']:.2f} cores (median)",
-        fontsize=9,
+        for axis, (key, title, goal, parts) in zip(row, panels, strict=True):
+            if parts:
+                bottom = [0.0] * len(runs)
+                for part in parts:
+                    values = [r["parts_s"][part] for r in runs]
+                    axis.bar(xs, values, bottom=bottom, label=part.removesuffix("_s"))
+                    bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+                axis.legend(fontsize=7, loc="upper left")
+            else:
+                axis.bar(xs, [r[key] for r in runs], color="tab:blue")
+            axis.axhline(goal, color="tab:red", linestyle="--", linewidth=1, label=f"goal {goal:g} s")
+            stats = shown["summary"][key]
+            axis.set_title(
+                f"{shown['dialect']} dead letters, {title}: median {stats['median']:.2f} s "
+                f"({stats['min']:.2f}-{stats['max']:.2f}), goal {goal:g} s",
+                fontsize=9,
+            )
+            axis.set_xlabel("run")
+            axis.set_ylabel("seconds")
+            axis.set_ylim(0, max(goal, max(r[key] for r in runs)) * 1.25)
+    described = "\n".join(
+        f"{r['dialect']}: {r['records']:,} records, {r['broker']}, {r['partitions']} partitions, "
+        f"others used {r['summary']['others_cores']['median']:.2f} cores (median)"
+        for r in reports
     )
+    figure.suptitle(f"DLQ view\n{described}", fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 

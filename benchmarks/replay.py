@@ -35,7 +35,18 @@ The broker is Tansu by default (``--broker``): noida-db 0.2.3, the embedded defa
 a Fetch with every record up to each partition's end, and for this 200,000-record DLQ (two
 partitions, one broker, one answer) that is about 160 MB, above librdkafka's
 ``receive.message.max.bytes``: the consumer asks again forever (see ``dlq_summary.py``).
-Writes ``benchmarks/results/replay.json`` and ``replay.png``.
+
+``--dialect spring`` fills the DLQ with Spring Kafka's dead letters instead of Connect's: the
+same orders (key, value, ``trace-id`` header, source topic, partition and offset), dead-lettered
+by ``tests/dead_letter_writers.py``'s ``spring_dlt`` (``DeadLetterPublishingRecoverer``'s
+``kafka_dlt-*`` headers, byte for byte). The raw loops copy them as they are; the replay strips
+them and writes each order back to its source topic, as it does Connect's.
+
+Writes ``benchmarks/results/replay.json`` and ``replay.png``. The file holds the latest run
+of each dialect: the top-level keys are the Connect run's (the default dialect; any run's
+when there is none), each run says its ``dialect``, and ``other_dialects`` holds the latest
+run of every other dialect, each in the same form. The chart puts the dialects' bars side by
+side.
 """
 
 from __future__ import annotations
@@ -59,6 +70,10 @@ from machine_load import CpuMeter, spread
 RECENT_MS = int(time.time() * 1000) - 3_600_000
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: The repository's root: ``tests.dead_letter_writers`` is imported from there for Spring's dead letters.
+ROOT = Path(__file__).resolve().parent.parent
+#: The dead-letter writers the DLQ can be filled by; the first is the default.
+DIALECTS = ("connect", "spring")
 #: The issue's targets: replay against raw+txn at the same transaction size, and replay+fix.
 REPLAY_TARGET = 0.9
 FIX_TARGET = 0.8
@@ -85,6 +100,9 @@ TARGETS = (
         "(JSON decode, repair, JSON encode), so the ratio is the replay's own cost with a fix",
     ),
 )
+#: Order ``i``'s value: about 100 bytes of JSON; and the error its dead letter names.
+VALUE = b'{"id": "o-%08d", "customer": "c-0042", "amount": -12.5, "currency": "EUR", "note": "xxxxx"}'
+ERROR = "order has a non-positive amount: -12.5"
 #: Functions listed per profiled mode in the JSON.
 PROFILE_TOP = 15
 #: Others' CPU below which a round starts (cores), and the longest wait for it.
@@ -93,31 +111,54 @@ QUIET_CORES = 0.3
 RAW_LOOP_TIMEOUT_S = 600.0
 
 
-def write_dlq(config: dict[str, Any], source: str, dlq: str, count: int) -> None:
+def connect_letters(source: str, dlq: str, count: int) -> Iterator[dict[str, Any]]:
+    """Order ``i`` as our jobs dead-letter it (Connect's ten error headers): ``Producer.produce`` keyword arguments."""
+    from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
+
+    try:
+        raise ValueError(ERROR)
+    except ValueError as caught:
+        error = caught
+    for i in range(count):
+        record = SourceRecord(source, i % 2, i, RECENT_MS, key=b"o-%08d" % i, value=VALUE % i)
+        record.headers = [("trace-id", b"%016x" % i)]
+        context = ErrorContext(TaskId("orders_pipeline", i % 2), Stage.TRANSFORMATION, "bench.validate", error, record)
+        yield build_dead_letter_record(context, topic=dlq).produce_kwargs()
+
+
+def spring_letters(source: str, dlq: str, count: int) -> Iterator[dict[str, Any]]:
+    """Order ``i`` as Spring's ``DeadLetterPublishingRecoverer`` dead-letters it: ``Producer.produce`` kwargs.
+
+    The same original (topic, partition ``i % 2``, offset ``i``, timestamp, key, value and
+    ``trace-id`` header) as :func:`connect_letters`; the DLQ partition is the original's, as
+    Spring's default destination resolver picks it.
+    """
+    if str(ROOT) not in sys.path:
+        sys.path.append(str(ROOT))
+    from tests.dead_letter_writers import Original, spring_dlt
+
+    for i in range(count):
+        original = Original(
+            source, i % 2, i, RECENT_MS, key=b"o-%08d" % i, value=VALUE % i, headers=[("trace-id", b"%016x" % i)]
+        )
+        yield spring_dlt(original, dlt_topic=dlq, cause="java.lang.IllegalArgumentException", cause_message=ERROR)
+
+
+def write_dlq(config: dict[str, Any], source: str, dlq: str, count: int, dialect: str = "connect") -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
-
-    from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build_dead_letter_record
 
     admin = AdminClient(config)
     for future in admin.create_topics([NewTopic(source, 2, 1), NewTopic(dlq, 2, 1)]).values():
         future.result(30)
-    try:
-        raise ValueError("order has a non-positive amount: -12.5")
-    except ValueError as caught:
-        error = caught
+    letters = spring_letters if dialect == "spring" else connect_letters
     producer = Producer(
         {**config, "linger.ms": 50, "batch.num.messages": 10000, "queue.buffering.max.messages": 500000}
     )
-    for i in range(count):
-        value = b'{"id": "o-%08d", "customer": "c-0042", "amount": -12.5, "currency": "EUR", "note": "xxxxx"}' % i
-        record = SourceRecord(source, i % 2, i, RECENT_MS, key=b"o-%08d" % i, value=value)
-        record.headers = [("trace-id", b"%016x" % i)]
-        context = ErrorContext(TaskId("orders_pipeline", i % 2), Stage.TRANSFORMATION, "bench.validate", error, record)
-        built = build_dead_letter_record(context, topic=dlq)
+    for letter in letters(source, dlq, count):
         while True:
             try:
-                producer.produce(**built.produce_kwargs())
+                producer.produce(**letter)
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -359,6 +400,9 @@ def main() -> int:
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile runs")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results/ alone")
     parser.add_argument("--broker", choices=("tansu", "noida"), default="tansu", help="the embedded broker to start")
+    parser.add_argument(
+        "--dialect", choices=DIALECTS, default=DIALECTS[0], help="whose dead letters fill the DLQ (default: connect)"
+    )
     args = parser.parse_args()
     modes = [mode for mode in args.modes.split(",") if mode]
     unknown = sorted(set(modes) - set(MODES))
@@ -385,8 +429,8 @@ def main() -> int:
     profiles: dict[str, Any] = {}
     try:
         started = time.perf_counter()
-        write_dlq(config, source, dlq, args.records)
-        print(f"wrote {args.records} DLQ records in {time.perf_counter() - started:.1f} s", flush=True)
+        write_dlq(config, source, dlq, args.records, args.dialect)
+        print(f"wrote {args.records} {args.dialect} DLQ records in {time.perf_counter() - started:.1f} s", flush=True)
         for attempt in range(args.repeat):
             if args.quiet_timeout > 0:
                 meter.wait_quiet(QUIET_CORES, args.quiet_timeout)
@@ -408,7 +452,7 @@ def main() -> int:
     finally:
         if broker is not None:
             broker.stop()
-    results = summarize(args.records, modes, timings)
+    results = {"dialect": args.dialect, **summarize(args.records, modes, timings)}
     results["core_parse_dead_letter_us"] = round(parse_us, 2)
     results["profile_us_per_record"] = profiles
     results["profile_note"] = (
@@ -484,45 +528,80 @@ def write_results(results: dict[str, Any], broker: str) -> None:
         "broker": broker,
         **results,
     }
-    (RESULTS / "replay.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
-    modes = list(results["records_per_s"])
-    medians = [results["records_per_s"][mode]["median"] for mode in modes]
-    low = [m - results["records_per_s"][mode]["min"] for m, mode in zip(medians, modes, strict=True)]
-    high = [results["records_per_s"][mode]["max"] - m for m, mode in zip(medians, modes, strict=True)]
+    path = RESULTS / "replay.json"
+    merged = with_other_dialects(payload, json.loads(path.read_text()) if path.exists() else {})
+    path.write_text(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
+    reports = [merged, *merged["other_dialects"].values()]
+    modes = [mode for mode in MODES if any(mode in r["records_per_s"] for r in reports)]
     colors = {"raw": "#888888", "raw+txn": "#bbbbbb", "raw+txn+fix": "#d9d9d9", "replay": "#1f77b4"}
     colors["replay+fix"] = "#2ca02c"
-    figure, axis = plt.subplots(figsize=(10, 4.8))
-    bars = axis.bar(
-        range(len(modes)),
-        medians,
-        yerr=[low, high],
-        capsize=3,
-        color=[colors[mode.partition("@")[0]] for mode in modes],
-    )
+    hatches = dict(zip(DIALECTS, ("", "//"), strict=True))
+    width = 0.8 / len(reports)
+    figure, axis = plt.subplots(figsize=(10 + 2 * (len(reports) - 1), 4.8))
+    highest = 0.0
+    for index, shown in enumerate(reports):
+        rates = shown["records_per_s"]
+        present = [mode for mode in modes if mode in rates]
+        xs = [modes.index(mode) + (index - (len(reports) - 1) / 2) * width for mode in present]
+        medians = [rates[mode]["median"] for mode in present]
+        low = [m - rates[mode]["min"] for m, mode in zip(medians, present, strict=True)]
+        high = [rates[mode]["max"] - m for m, mode in zip(medians, present, strict=True)]
+        highest = max(highest, *medians)
+        bars = axis.bar(
+            xs,
+            medians,
+            width=width,
+            yerr=[low, high],
+            capsize=3,
+            color=[colors[mode.partition("@")[0]] for mode in present],
+            hatch=hatches.get(shown["dialect"], ".."),
+            edgecolor="#333333",
+            linewidth=0.5,
+            label=f"{shown['dialect']} dead letters ({shown['records']:,}, {shown['rounds']} rounds)",
+        )
+        labels: dict[str, list[str]] = {mode: [] for mode in present}
+        for target in shown["targets"]:
+            labels[target["mode"]].append(f"{target['measured']['median']:.2f}x {target['against']}")
+        for bar, mode in zip(bars, present, strict=True):
+            ratio = shown["ratios"].get(f"{mode} / raw")
+            text = [shown["dialect"], *labels[mode]] + ([f"{ratio['median']:.2f}x raw"] if ratio else [])
+            x = bar.get_x() + bar.get_width() / 2
+            axis.annotate("\n".join(text), (x, bar.get_height()), ha="center", va="bottom", fontsize=6)
     axis.set_xticks(range(len(modes)), modes)
     axis.tick_params(axis="x", labelsize=8)
-    labels: dict[str, list[str]] = {mode: [] for mode in modes}
-    for target in results["targets"]:
-        labels[target["mode"]].append(f"{target['measured']['median']:.2f}x {target['against']}")
-    for bar, mode in zip(bars, modes, strict=True):
-        ratio = results["ratios"].get(f"{mode} / raw")
-        text = labels[mode] + ([f"{ratio['median']:.2f}x raw"] if ratio else [])
-        x = bar.get_x() + bar.get_width() / 2
-        axis.annotate("\n".join(text), (x, bar.get_height()), ha="center", va="bottom", fontsize=7)
-    if "raw+txn" in results["records_per_s"]:
-        base = results["records_per_s"]["raw+txn"]["median"]
-        axis.axhline(base * REPLAY_TARGET, color="#d62728", linestyle="--", linewidth=1, label="0.9x raw+txn")
-        axis.axhline(base * FIX_TARGET, color="#ff7f0e", linestyle=":", linewidth=1, label="0.8x raw+txn")
+    if "raw+txn" in merged["records_per_s"]:
+        base = merged["records_per_s"]["raw+txn"]["median"]
+        label = f"0.9x raw+txn ({merged['dialect']})"
+        axis.axhline(base * REPLAY_TARGET, color="#d62728", linestyle="--", linewidth=1, label=label)
+        axis.axhline(base * FIX_TARGET, color="#ff7f0e", linestyle=":", linewidth=1, label=label.replace("0.9", "0.8"))
     axis.set_ylabel("records / s (median, min-max)")
     axis.set_title(
-        f"DLQ replay vs raw consume→produce, {results['records']:,} records, {results['rounds']} rounds "
-        f"(transactions of 1000 records unless @N)",
+        f"DLQ replay vs raw consume→produce by dead-letter dialect, {merged['broker']} "
+        "(transactions of 1000 records unless @N)",
         fontsize=10,
     )
-    axis.set_ylim(0, max(medians) * 1.3)
+    axis.set_ylim(0, highest * 1.35)
     axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(RESULTS / "replay.png", dpi=120)
+
+
+def with_other_dialects(report: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
+    """``report`` and the latest run of each other dialect in ``previous`` (the file as it was), in one file.
+
+    The top-level keys are the default dialect's run when there is one, so that what the
+    READMEs quote keeps describing Connect records; ``other_dialects`` holds the rest, each
+    as a whole report. A previous file without ``dialect`` (written before there was a choice)
+    is left out: its setup is not known to match.
+    """
+    latest: dict[str, dict[str, Any]] = {}
+    if previous.get("benchmark") == report["benchmark"] and "dialect" in previous:
+        latest[previous["dialect"]] = {k: v for k, v in previous.items() if k != "other_dialects"}
+        latest.update(previous.get("other_dialects", {}))
+    latest[report["dialect"]] = report
+    primary = latest.get(DIALECTS[0], report)
+    others = {name: latest[name] for name in DIALECTS if name in latest and name != primary["dialect"]}
+    return {**primary, "other_dialects": others}
 
 
 if __name__ == "__main__":
