@@ -384,7 +384,7 @@ def chart(report: dict[str, Any], path: Path) -> None:
             axis.set_title(
                 f"{shown['dialect']} dead letters, {title}: median {stats['median']:.2f} s "
                 f"({stats['min']:.2f}-{stats['max']:.2f}), goal {goal:g} s",
-                fontsize=9,
+                fontsize=8,
             )
             axis.set_xlabel("run")
             axis.set_ylabel("seconds")
