@@ -1,11 +1,11 @@
 """The one reader of dead-letter headers, for every dialect in :mod:`airflow_kerr.errors.dialects`.
 
 :func:`read_error_headers` takes a record's headers once: by name, which dialect they are,
-and (when asked) which of them are the original record's. Three callers read through it,
-each taking what it needs: :func:`~airflow_kerr.errors.dead_letter.parse_dead_letter` every
-field, the DLQ view's count four fields of a plain Connect record undecoded, and the replay's
-fast path the coordinates. The field functions here (:meth:`ErrorHeaders.topic`,
-:meth:`ErrorHeaders.number`) are the only place a header value becomes a topic or a number.
+and (when asked) which of them are the original record's; :meth:`ErrorHeaders.fields`
+decodes every field for :func:`~airflow_kerr.errors.dead_letter.parse_dead_letter`.
+:func:`plain_connect_of` reads a plain Connect dead letter in one pass for the two callers
+that see a million of them (the DLQ view's count and the replay's fast path). This module
+is the only place a header value becomes a topic or a number.
 
 A DLQ holds whatever its writers put there, so nothing is trusted: a topic name or a number
 Kafka would not accept is never handed on, but described in ``problems`` (header name to
@@ -395,44 +395,6 @@ class ErrorHeaders:
                 if number is not None:
                     values[field] = number
         return values
-
-    def first(self, field: str) -> tuple[str, Any]:
-        """The first header carrying ``field`` (in order of precedence) whose value is not null, and that value.
-
-        The last candidate name and ``None`` when no header carries it.
-        """
-        get = self.found.get
-        names = FIELD_HEADERS[field]
-        for name in names:
-            value = get(name)
-            if value is not None:
-                return name, value
-        return names[-1], None
-
-    def text(self, field: str) -> str | None:
-        """A text field, decoded (invalid UTF-8 as U+FFFD)."""
-        name, value = self.first(field)
-        return decode(name, value)
-
-    def topic(self, field: str, problems: dict[str, str]) -> str | None:
-        """A topic field when it names a topic Kafka accepts; else ``None``, with the problem noted."""
-        name, value = self.first(field)
-        text = decode(name, value)
-        if text is None:
-            return None
-        if known_topic_name(text):
-            return text
-        problems[name] = f"{shown(text)} is not a topic name ({TOPIC_NAME_RULE})"
-        return None
-
-    def number(self, field: str, problems: dict[str, str], low: int, high: int, *, unknown: bool) -> int | None:
-        """A numeric field when it lies in ``[low, high]``; else ``None``, with the problem noted.
-
-        ``unknown`` accepts -1 as Kafka's "not known" (a Streams punctuation has no source
-        partition, a record may have no timestamp) and gives ``None`` without a problem.
-        """
-        name, value = self.first(field)
-        return header_number(problems, name, value, low, high, unknown=unknown)
 
 
 def header_number(
