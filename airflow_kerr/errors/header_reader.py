@@ -222,7 +222,7 @@ def plain_connect_of(headers: object) -> PlainConnect | None:
     try:
         for pair in headers:
             name, raw = pair
-            if raw is not None and type(raw) is not bytes:
+            if type(raw) is not bytes and raw is not None:  # bytes first: nearly every value is
                 return None
             slot = slot_of(name)
             if slot is not None:

@@ -762,23 +762,25 @@ def summarize(
                     offset = message.offset()
                     if partition not in todo:
                         continue
-                    if offset >= ends[partition]:  # written after the scan began: the range is done
-                        nexts[partition] = ends[partition]
+                    end = ends[partition]
+                    if offset >= end:  # written after the scan began: the range is done
+                        nexts[partition] = end
                         todo.discard(partition)
                         continue
-                    nexts[partition] = offset + 1
-                    if offset + 1 >= ends[partition]:
+                    offset += 1
+                    nexts[partition] = offset
+                    if offset >= end:
                         todo.discard(partition)
                     read += 1
                     headers = message.headers()
                     fast = plain_connect_of(headers)  # a plain Connect dead letter: no parse, as _raw_fields does
                     if fast is None:
                         exception_class, stage, source_topic, pipeline, header_set, bad = _raw_fields(headers)
+                        if bad:
+                            malformed += 1
                     else:
                         source_topic, stage, exception_class, pipeline, _ = fast
-                        header_set, bad = _CONNECT, False
-                    if bad:
-                        malformed += 1
+                        header_set = _CONNECT
                     kind, stamp = message.timestamp()
                     if kind == 0 or stamp < 0:
                         if by_time:
@@ -789,7 +791,10 @@ def summarize(
                             continue
                         slot = stamp - stamp % bucket
                     key = (exception_class, stage, source_topic, pipeline, header_set, slot)
-                    tally[key] = tally.get(key, 0) + 1
+                    try:
+                        tally[key] += 1
+                    except KeyError:  # the first of its kind: a scan meets few
+                        tally[key] = 1
                 if not messages and todo:
                     for reached in consumer.position([TopicPartition(topic, p) for p in todo]):
                         if reached.offset >= 0 and reached.offset > nexts[reached.partition]:
