@@ -7,7 +7,6 @@ librdkafka refused, an offset of 5,000 digits past ``int``'s limit).
 
 from __future__ import annotations
 
-import re
 import string
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_kerr.errors import DeadLetterRecord, HeaderSet, Stage, parse_dead_letter
+from airflow_kerr.errors import parse_dead_letter
 from airflow_kerr.errors.dead_letter import (
     DLQ_HEADER_DELIVERY_COUNT,
     DLQ_HEADER_TOPIC,
@@ -26,15 +25,7 @@ from airflow_kerr.errors.dead_letter import (
     STREAMS_HEADER_PARTITION,
 )
 from airflow_kerr.errors.dialects import ERROR_HEADER_PREFIXES, FIELD_HEADERS
-
-# Kafka's ranges and topic rule, written out here rather than imported: the test states the contract.
-INT16_MAX, INT32_MAX, INT64_MAX = 2**15 - 1, 2**31 - 1, 2**63 - 1
-TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-
-
-def is_topic_name(name: str) -> bool:
-    return TOPIC_NAME.fullmatch(name) is not None and name not in (".", "..")
-
+from tests.dead_letter_checks import INT16_MAX, INT32_MAX, INT64_MAX, check_documented_types
 
 ERROR_NAMES = sorted({name for names in FIELD_HEADERS.values() for name in names})
 TOPIC_CHARS = string.ascii_letters + string.digits + "._-"
@@ -58,43 +49,6 @@ values = st.one_of(
     st.text(max_size=32),
 )
 header_lists = st.lists(st.tuples(names, values), max_size=12)
-
-
-def check_documented_types(record: DeadLetterRecord, headers: list[tuple[str, Any]]) -> None:
-    """Every field holds a value Kafka accepts or None, and every problem names a header that was there."""
-    assert type(record) is DeadLetterRecord
-    assert record.header_set is None or isinstance(record.header_set, HeaderSet)
-    assert record.source_topic is None or is_topic_name(record.source_topic)
-    for value, high in (
-        (record.source_partition, INT32_MAX),
-        (record.source_offset, INT64_MAX),
-        (record.source_timestamp, INT64_MAX),
-        (record.task_id, INT32_MAX),
-    ):
-        assert value is None or (type(value) is int and 0 <= value <= high)
-    assert record.delivery_count is None or (
-        type(record.delivery_count) is int and 1 <= record.delivery_count <= INT16_MAX
-    )
-    assert record.stage is None or isinstance(record.stage, Stage)
-    for text in (
-        record.executing_class,
-        record.exception_class,
-        record.exception_message,
-        record.exception_stacktrace,
-        record.connector_name,
-        record.group,
-        record.wrapper_class,
-        record.rule_name,
-        record.rule_mode,
-        record.rule_subject,
-    ):
-        assert text is None or isinstance(text, str)
-    assert all(isinstance(name, str) and (raw is None or type(raw) is bytes) for name, raw in record.headers)
-    present = {name for name, _ in headers}
-    assert set(record.malformed_headers) <= present
-    for name, problem in record.malformed_headers.items():
-        assert isinstance(problem, str) and len(problem) < 300, (name, problem)
-    assert all(value is None or isinstance(value, str) for value in record.error_headers.values())
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])

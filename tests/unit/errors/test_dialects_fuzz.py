@@ -11,7 +11,6 @@ imported, so that the test states it instead of restating the product.
 
 from __future__ import annotations
 
-import re
 import string
 import struct
 from typing import Any
@@ -20,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_kerr.errors import DeadLetterRecord, HeaderSet, Stage, parse_dead_letter
+from airflow_kerr.errors import DeadLetterRecord, HeaderSet, parse_dead_letter
 from airflow_kerr.errors.header_reader import display
+from tests.dead_letter_checks import INT32_MAX, INT64_MAX, check_documented_types
 from tests.dead_letter_writers import (
     Header,
     Original,
@@ -32,8 +32,6 @@ from tests.dead_letter_writers import (
     streams_bakdata,
 )
 
-INT16_MAX, INT32_MAX, INT64_MAX = 2**15 - 1, 2**31 - 1, 2**63 - 1
-TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 TOPIC_CHARS = string.ascii_letters + string.digits + "._-"
 
 #: Each writer's header prefixes, in order of precedence: Connect, KIP-1191, Streams, Spring, Schema Registry.
@@ -98,10 +96,6 @@ NAMES = [
     "kafka_dlt",
     "",
 ]
-
-
-def is_topic_name(name: str) -> bool:
-    return TOPIC_NAME.fullmatch(name) is not None and name not in (".", "..")
 
 
 def connect_headers(original: Original) -> list[Header]:
@@ -192,41 +186,11 @@ def as_bytes(value: Any) -> bytes | None:
 
 def check_record(record: DeadLetterRecord, headers: list[tuple[str, Any]]) -> None:
     """The documented types, the documented ranges, and every header accounted for."""
-    assert type(record) is DeadLetterRecord
-    assert record.header_set is None or isinstance(record.header_set, HeaderSet)
-    assert record.source_topic is None or is_topic_name(record.source_topic)
-    for number, high in (
-        (record.source_partition, INT32_MAX),
-        (record.source_offset, INT64_MAX),
-        (record.source_timestamp, INT64_MAX),
-        (record.task_id, INT32_MAX),
-    ):
-        assert number is None or (type(number) is int and 0 <= number <= high)
-    assert record.delivery_count is None or (
-        type(record.delivery_count) is int and 1 <= record.delivery_count <= INT16_MAX
-    )
-    assert record.stage is None or isinstance(record.stage, Stage)
-    for text in (
-        record.executing_class,
-        record.exception_class,
-        record.exception_message,
-        record.exception_stacktrace,
-        record.connector_name,
-        record.group,
-        record.wrapper_class,
-        record.rule_name,
-        record.rule_mode,
-        record.rule_subject,
-    ):
-        assert text is None or type(text) is str
-    assert isinstance(record.is_pointer, bool)
+    check_documented_types(record, headers)
 
     present = {name for name, _ in headers}
-    assert set(record.malformed_headers) <= present
-    assert all(type(problem) is str and len(problem) < 300 for problem in record.malformed_headers.values())
     error_names = {name for name in present if name.startswith(ALL_PREFIXES)}
     assert set(record.error_headers) == error_names, "every error header is shown, and nothing else"
-    assert all(value is None or type(value) is str for value in record.error_headers.values())
     kept = [(name, as_bytes(value)) for name, value in headers if not name.startswith(ALL_PREFIXES)]
     assert list(record.headers) == kept, "the original's headers, in order, and only those"
 
