@@ -33,6 +33,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from graceful import exit_on_sigterm
+
 RESULTS = Path(__file__).resolve().parent / "results"
 KINDS = ("noida", "tansu")
 VALUE = b'{"id": "o-00000000", "customer": "c-0042", "amount": 12.5, "currency": "EUR", "note": "xxxxxxxxxxxx"}'
@@ -270,4 +272,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

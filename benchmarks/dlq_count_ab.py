@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dlq_summary import write_dlq
+from graceful import exit_on_sigterm
 from machine_load import CpuMeter
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -153,4 +154,5 @@ def chart(report: dict[str, Any], path: Path) -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

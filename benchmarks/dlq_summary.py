@@ -66,6 +66,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from graceful import exit_on_sigterm
 from machine_load import CpuMeter
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -400,4 +401,5 @@ def chart(report: dict[str, Any], path: Path) -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

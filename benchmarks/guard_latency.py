@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from graceful import exit_on_sigterm
+
 RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve().parent
 
@@ -232,4 +234,5 @@ def write_results(latency: list[dict[str, Any]], cost: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

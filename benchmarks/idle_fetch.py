@@ -21,6 +21,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from graceful import exit_on_sigterm
+
 RESULTS = Path(__file__).resolve().parent / "results"
 KINDS = ("noida", "tansu")
 FETCH_WAIT_MS = 500
@@ -120,4 +122,5 @@ def chart(summary: dict[str, dict[str, float]], path: Path) -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     raise SystemExit(main())

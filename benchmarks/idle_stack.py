@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from graceful import exit_on_sigterm
 from machine_load import spread
 
 from airflow_kerr.local.fetch_shim import HOLD_CAP_MS
@@ -361,4 +362,5 @@ def chart(summary: dict[str, Any], path: Path, ui_summary: dict[str, Any] | None
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     raise SystemExit(main())

@@ -32,6 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from graceful import exit_on_sigterm
 from machine_load import CpuMeter, spread
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -243,4 +244,5 @@ def write_results(records: int, brokers: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

@@ -63,6 +63,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from graceful import exit_on_sigterm
 from machine_load import CpuMeter, spread
 
 #: An hour ago: the records keep a real event time, well inside the broker's retention (7 days), which
@@ -605,4 +606,5 @@ def with_other_dialects(report: dict[str, Any], previous: dict[str, Any]) -> dic
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

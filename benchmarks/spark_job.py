@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from graceful import exit_on_sigterm
 from machine_load import CpuMeter, spread
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -350,4 +351,5 @@ def write_results(results: list[dict[str, Any]], profile: dict[str, Any], broker
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

@@ -48,6 +48,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from graceful import exit_on_sigterm
 from machine_load import CpuMeter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -535,4 +536,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     raise SystemExit(main())
