@@ -42,7 +42,7 @@ def alert_once_per_breach(
     """Send the breach alert for the run's newest breach unless it was sent already; the details sent, or None.
 
     The task calling this needs ``inlets=[breach_asset]`` (for the asset state store).
-    ``notifier`` holds :class:`ToleranceBreachNotifier` arguments (``webhook_url``, ...).
+    ``notifier`` holds :class:`ToleranceBreachNotifier` arguments (``notifiers``, ``webhook_conn_id``, ...).
     """
     breaches = [p for p in event_payloads(context["triggering_asset_events"]) if p.get("status") == "breach"]
     if not breaches:
@@ -57,6 +57,6 @@ def alert_once_per_breach(
     )
     sender.render_template_fields(context)  # type: ignore[arg-type]
     details = sender.details(context)  # type: ignore[arg-type]
-    sender.send(details)
+    sender.send(details, context)
     state.set(ALERTED_KEY, breach["breach_id"])
     return details

@@ -1,1 +1,1 @@
-"""Airflow notifiers: tolerance-breach alerts (webhook, email, log)."""
+"""Airflow notifiers: the tolerance-breach message, delivered through any Airflow notifier."""

@@ -1,41 +1,37 @@
 """``ToleranceBreachNotifier``: tell people a pipeline's error rate or count passed its limit.
 
-One message, three senders: a JSON webhook (Slack incoming-webhook compatible,
-with the structured details under ``kerr``), email through Airflow's smtp
-provider when it is installed, and the task log. A notification never changes
-the task's outcome: a failing webhook is retried a few times, then logged.
+The message is built once (:class:`~airflow_kerr.notifiers.breach_message.BreachMessage`:
+text, Slack blocks, HTML) and goes to the task log, then to every channel configured:
 
-The message, its details and our log lines are masked by the one rule
-(:mod:`airflow_kerr.errors.masking`): the sample's reason quotes exception text, and a
-webhook channel or a mailbox is read by more people than the connection's owners.
+* any Airflow notifier passed in ``notifiers`` (``SlackWebhookNotifier`` with a
+  ``slack_webhook`` connection, ``SmtpNotifier``, PagerDuty, apprise …), handed the
+  message as :mod:`airflow_kerr.notifiers.delivery` explains;
+* a plain JSON webhook (Slack incoming-webhook compatible, with the structured details
+  under ``kerr``), the zero-dependency default: its URL from a connection
+  (``webhook_conn_id``, read when the task runs) or, as before, ``webhook_url``;
+* email through Airflow's smtp provider when ``email_to`` is set.
+
+A notification never changes the task's outcome: a failing webhook is retried a few
+times, then logged; a failing notifier is logged. Logs name a webhook's host only (its
+path is the credential) and are masked by the one rule (:mod:`airflow_kerr.errors.masking`).
 """
 
 from __future__ import annotations
 
-import html
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
-from airflow.sdk import BaseNotifier, Context
+from airflow.sdk import BaseHook, BaseNotifier, Context
 
 from airflow_kerr.errors.masking import mask_secrets, mask_text
+from airflow_kerr.notifiers.breach_message import BreachMessage, short
+from airflow_kerr.notifiers.delivery import deliver
+from airflow_kerr.notifiers.webhook_connection import webhook_url_of
 
 WEBHOOK_RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
-#: Characters of a dead letter's message an alert quotes: enough to recognise it, never a whole payload.
-MESSAGE_CHARS = 100
-
-
-def _rate(value: Any) -> str:
-    return f"{float(value):.2%}" if isinstance(value, (int, float)) else "n/a"
-
-
-def _short(message: str) -> str:
-    """A message's first line, cut to :data:`MESSAGE_CHARS` (``message`` holds more than blanks)."""
-    line = message.strip().splitlines()[0]
-    return line if len(line) <= MESSAGE_CHARS else line[: MESSAGE_CHARS - 1] + "\u2026"
 
 
 def _has_context(item: Mapping[str, Any]) -> bool:
@@ -55,19 +51,29 @@ class ToleranceBreachNotifier(BaseNotifier):
     named). Use it as ``on_failure_callback=ToleranceBreachNotifier(...)`` or call
     ``notify(context)`` inside a task.
 
+    Where it goes: ``notifiers`` (Airflow notifiers, e.g.
+    ``[SlackWebhookNotifier(slack_webhook_conn_id="slack_alerts", text="")]``: an empty
+    ``text`` is filled with the breach; templates may quote ``{{ kerr_breach.text }}``),
+    ``webhook_conn_id`` (an ``http`` or ``slack_webhook`` connection holding a webhook URL,
+    read when the alert is sent, so the DAG file parses without it), ``webhook_url`` (the
+    URL itself; it is a credential for Slack, so prefer a connection) and ``email_to``.
+    With none of them the alert is in the task log only.
+
     The sample's dead letters are named as :func:`~airflow_kerr.errors.parse_dead_letter`
     reads them, whichever writer wrote them: Spring Kafka's under their root cause, Schema
     Registry's under ``rule:<name>``; KIP-1191 share-group dead letters, which carry no
     exception class, by their messages.
     """
 
-    template_fields: Sequence[str] = ("pipeline", "webhook_url", "email_to", "dlq_topic")
+    template_fields: Sequence[str] = ("pipeline", "webhook_url", "webhook_conn_id", "email_to", "dlq_topic")
 
     def __init__(
         self,
         *,
         pipeline: str | None = None,
         webhook_url: str | None = None,
+        webhook_conn_id: str | None = None,
+        notifiers: Sequence[BaseNotifier] | None = None,
         email_to: str | Sequence[str] | None = None,
         smtp_conn_id: str = "smtp_default",
         dlq_topic: str | None = None,
@@ -81,8 +87,23 @@ class ToleranceBreachNotifier(BaseNotifier):
         webhook_backoff_s: float = 1.0,
     ) -> None:
         super().__init__()
+        if webhook_url and webhook_conn_id:
+            raise ValueError(
+                f"ToleranceBreachNotifier: webhook_url and webhook_conn_id={webhook_conn_id!r} are both set; "
+                "accepted: one of them (webhook_conn_id keeps the URL out of the DAG file)"
+            )
+        if isinstance(notifiers, BaseNotifier):
+            notifiers = [notifiers]
+        for i, item in enumerate(notifiers or []):
+            if not isinstance(item, BaseNotifier):
+                raise TypeError(
+                    f"ToleranceBreachNotifier: notifiers[{i}]={item!r} is a {type(item).__name__}; accepted: "
+                    "Airflow notifiers (BaseNotifier instances such as SlackWebhookNotifier(...) or SmtpNotifier(...))"
+                )
         self.pipeline = pipeline
         self.webhook_url = webhook_url
+        self.webhook_conn_id = webhook_conn_id
+        self.notifiers: list[BaseNotifier] = list(notifiers or [])
         self.email_to = email_to
         self.smtp_conn_id = smtp_conn_id
         self.dlq_topic = dlq_topic
@@ -129,7 +150,7 @@ class ToleranceBreachNotifier(BaseNotifier):
             # What names a dead letter that names no exception class: a KIP-1191 share-group dead letter
             # carries the delivery's message (and its coordinates) but no class.
             "top_messages": Counter(
-                _short(str(s["exception_message"]))
+                short(str(s["exception_message"]))
                 for s in sample
                 if not s.get("exception_class") and str(s.get("exception_message") or "").strip()
             ).most_common(3),
@@ -144,75 +165,52 @@ class ToleranceBreachNotifier(BaseNotifier):
         masked: dict[str, Any] = mask_secrets(details, by_key=False)
         return masked
 
+    def message(self, details: Mapping[str, Any]) -> BreachMessage:
+        """The alert in every form, built once from ``details``."""
+        return BreachMessage.of(details)
+
     def text(self, details: Mapping[str, Any]) -> str:
         """The message people read, masked whatever ``details`` a caller passed."""
-        lines = [
-            f"Tolerance breached in pipeline {details['pipeline'] or '?'}: "
-            f"error rate {_rate(details['error_rate'])} (limit {_rate(details['max_error_rate'])}), "
-            f"{details['errors'] if details['errors'] is not None else '?'} failed records "
-            f"(limit {details['max_errors'] if details['max_errors'] is not None else 'none'}) "
-            f"out of {details['records_in'] if details['records_in'] is not None else '?'} "
-            f"in the last {details['window_s'] or '?'} s.",
-        ]
-        if details["top_exception_classes"]:
-            lines.append(
-                "Top exceptions: " + ", ".join(f"{name} ({n})" for name, n in details["top_exception_classes"])
-            )
-        if details["top_stages"]:
-            lines.append("Failing stages: " + ", ".join(f"{name} ({n})" for name, n in details["top_stages"]))
-        messages = details.get("top_messages") or []
-        classified = bool(details["top_exception_classes"] or details["top_stages"])
-        counted = classified or bool(messages)
-        if details.get("sample_error"):
-            lines.append(
-                f"Top exceptions and failing stages unknown: the dead letter sample could not be read from "
-                f"{details['dlq_topic'] or 'the DLQ'}: {details['sample_error']}"
-            )
-        elif details.get("sample_size") and not classified and (messages or details.get("sample_with_context")):
-            # A KIP-1191 share-group dead letter carries its error context, but no class and no stage:
-            # Connect's setting would not add them, so the alert names what the records do say.
-            lines.append(
-                f"Top exceptions and failing stages unknown: the newest {details['sample_size']} dead letters "
-                "name no exception class or stage (KIP-1191 share-group dead letters carry a message instead)"
-            )
-        elif details.get("sample_size") and not classified:
-            # Connect's default writes dead letters without their error context: say so, or the
-            # missing lines look like a bug of the alert rather than a setting of the job.
-            lines.append(
-                f"Top exceptions and failing stages unknown: the newest {details['sample_size']} dead letters "
-                "carry no error context (errors.deadletterqueue.context.headers.enable=true adds it)"
-            )
-        if messages:
-            of = "" if not classified else " of those without an exception class"
-            lines.append(f"Top messages{of}: " + ", ".join(f"{text} ({n})" for text, n in messages))
-        if details["dlq_topic"]:
-            # The counts above are of a bounded sample, not of the whole DLQ: say which.
-            of = f" (counts above: its newest {details['sample_size']} dead letters)" if counted else ""
-            lines.append(f"Dead letter queue: {details['dlq_topic']}{of}")
-        if details["link"]:
-            lines.append(f"Run: {details['link']}")
-        return mask_text("\n".join(lines))
+        return self.message(details).text
 
     def payload(self, details: Mapping[str, Any]) -> dict[str, Any]:
         """A Slack incoming-webhook message; other receivers read the ``kerr`` object."""
-        text = self.text(details)
-        return {
-            "text": text.splitlines()[0],
-            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}],
-            "kerr": mask_secrets({"event": "tolerance_breach", **details}, by_key=False),
-        }
+        return self.message(details).webhook_payload()
 
-    def send_webhook(self, payload: Mapping[str, Any]) -> bool:
+    def resolve_webhook_url(self) -> str | None:
+        """``webhook_url``, or the URL the ``webhook_conn_id`` connection holds (read now, never at parse).
+
+        Raises when the connection is missing or holds no URL; :meth:`send` logs that.
+        """
+        if self.webhook_url:
+            return self.webhook_url
+        if not self.webhook_conn_id:
+            return None
+        return webhook_url_of(BaseHook.get_connection(self.webhook_conn_id), self.webhook_conn_id)
+
+    def send_webhook(self, payload: Mapping[str, Any], url: str | None = None) -> bool:
         """POST the payload, retrying timeouts and 5xx/429 answers; False (and a log line) when it never went."""
-        assert self.webhook_url is not None
+        if url is None:
+            try:
+                url = self.resolve_webhook_url()
+            except Exception as exc:  # a missing connection raises the secrets backend's own type
+                self.log.error(
+                    "tolerance webhook connection %s could not be read, the alert is only in this log: %s",
+                    self.webhook_conn_id,
+                    mask_text(f"{type(exc).__name__}: {exc}"),
+                )
+                return False
+        if not url:
+            return False
         for attempt in range(1, self.webhook_attempts + 1):
             try:
-                response = httpx.post(self.webhook_url, json=payload, timeout=self.webhook_timeout_s)
+                response = httpx.post(url, json=payload, timeout=self.webhook_timeout_s)
                 if response.status_code < 400:
                     return True
                 problem = f"HTTP {response.status_code}: {mask_text(response.text[:200])}"
                 retry = response.status_code in WEBHOOK_RETRY_STATUSES
             except httpx.HTTPError as exc:
+                # httpx names no URL in its errors; mask anyway, the text may quote a proxy's answer.
                 problem, retry = mask_text(f"{type(exc).__name__}: {exc}"), True
             self.log.warning("tolerance webhook attempt %d/%d failed: %s", attempt, self.webhook_attempts, problem)
             if not retry:
@@ -220,12 +218,11 @@ class ToleranceBreachNotifier(BaseNotifier):
             if attempt < self.webhook_attempts:
                 time.sleep(self.webhook_backoff_s * attempt)
         # The host only: a webhook URL's path is its credential (Slack's /services/T…/B…/<secret>).
-        self.log.error(
-            "tolerance webhook to %s was not delivered; the alert is only in this log", httpx.URL(self.webhook_url).host
-        )
+        self.log.error("tolerance webhook to %s was not delivered; the alert is only in this log", httpx.URL(url).host)
         return False
 
-    def send_email(self, details: Mapping[str, Any], text: str) -> bool:
+    def send_email(self, message: BreachMessage) -> bool:
+        """The HTML message to ``email_to`` through the smtp provider's hook; False (and a log line) when it failed."""
         try:
             from airflow.providers.smtp.hooks.smtp import SmtpHook
         except ImportError:
@@ -235,8 +232,8 @@ class ToleranceBreachNotifier(BaseNotifier):
             with SmtpHook(smtp_conn_id=self.smtp_conn_id) as smtp:
                 smtp.send_email_smtp(
                     to=self.email_to,  # type: ignore[arg-type]
-                    subject=f"[kerr] tolerance breached in {details['pipeline'] or 'a pipeline'}",
-                    html_content="<pre>" + html.escape(text) + "</pre>",
+                    subject=message.subject,
+                    html_content=message.html,
                 )
             return True
         except Exception as exc:  # smtplib and the hook raise many unrelated types
@@ -244,13 +241,19 @@ class ToleranceBreachNotifier(BaseNotifier):
             return False
 
     def notify(self, context: Context) -> None:
-        self.send(self.details(context))
+        self.send(self.details(context), context)
 
-    def send(self, details: Mapping[str, Any]) -> None:
-        """Log and send already-built ``details``, for a caller that also keeps them (the guard returns them)."""
-        text = self.text(details)
-        self.log.warning("%s", text)
-        if self.webhook_url:
-            self.send_webhook(self.payload(details))
+    def send(self, details: Mapping[str, Any], context: Mapping[str, Any] | None = None) -> BreachMessage:
+        """Log and send already-built ``details``, for a caller that also keeps them (the guard returns them).
+
+        ``context`` is what the ``notifiers`` render their own templates with (the task's).
+        """
+        message = self.message(details)
+        self.log.warning("%s", message.text)
+        if self.webhook_url or self.webhook_conn_id:
+            self.send_webhook(message.webhook_payload())
         if self.email_to:
-            self.send_email(details, text)
+            self.send_email(message)
+        for notifier in self.notifiers:
+            deliver(notifier, message, context or {}, self)
+        return message

@@ -61,7 +61,8 @@ def tolerance_guard(
     the ``source="dlq"`` rate is measured against (the sensors' ``group_id``). The other
     watch settings are :class:`ToleranceSensor`'s, the Connect settings the control
     operators'. ``notifier`` holds :class:`ToleranceBreachNotifier` arguments
-    (``webhook_url``, ``email_to`` …; templated). Setting the DAG param ``go_ahead_param``
+    (``notifiers=[SlackWebhookNotifier(...)]``, ``webhook_conn_id``, ``email_to`` …;
+    templated; connections are read when the alert is sent). Setting the DAG param ``go_ahead_param``
     to true resumes without waiting for recovery: the on-call person's override.
     Arguments are keyword-only, so a misspelt one fails with a ``TypeError`` naming it.
     """
@@ -116,7 +117,7 @@ def tolerance_guard(
             notifier_task.sample = notifier_task.sample or sample
             notifier_task.sample_error = None if notifier_task.sample else problem
             details = notifier_task.details(context)  # type: ignore[arg-type]
-            notifier_task.send(details)
+            notifier_task.send(details, context)
             return details
 
         recovery = ToleranceSensor(

@@ -1,0 +1,133 @@
+"""``BreachMessage``: the tolerance-breach alert, written once in every form a channel reads.
+
+The plain text (the task log, a webhook's ``text``, any notifier's ``text`` or ``body``),
+Slack blocks in mrkdwn, and an HTML email body all come from one details dict, so a chat
+channel and a mailbox say the same thing. Every form is masked by the one rule
+(:mod:`airflow_kerr.errors.masking`): the details quote exception text from dead letters,
+and a channel or a mailbox is read by more people than the connection's owners.
+
+The forms escape what their reader would otherwise interpret: a dead letter's message is
+data, so ``<!channel>`` in it must not ping a Slack channel and ``<script>`` must not reach
+a mail client as markup.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_kerr.errors.masking import mask_secrets, mask_text
+
+#: Characters of a dead letter's message an alert quotes: enough to recognise it, never a whole payload.
+MESSAGE_CHARS = 100
+#: Slack refuses a section block whose text is longer than this.
+SLACK_SECTION_CHARS = 3000
+
+
+def rate(value: Any) -> str:
+    """A ratio as a percentage, or ``n/a`` when the reading has none."""
+    return f"{float(value):.2%}" if isinstance(value, (int, float)) else "n/a"
+
+
+def short(message: str) -> str:
+    """A message's first line, cut to :data:`MESSAGE_CHARS` (``message`` holds more than blanks)."""
+    line = message.strip().splitlines()[0]
+    return line if len(line) <= MESSAGE_CHARS else line[: MESSAGE_CHARS - 1] + "\u2026"
+
+
+def slack_escape(text: str) -> str:
+    """Slack's three control characters escaped, so ``<!channel>`` or ``<http://x|y>`` in data stays text."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def breach_lines(details: Mapping[str, Any]) -> list[str]:
+    """The message's lines, unmasked: the first is the summary, the rest say what failed and where."""
+    lines = [
+        f"Tolerance breached in pipeline {details['pipeline'] or '?'}: "
+        f"error rate {rate(details['error_rate'])} (limit {rate(details['max_error_rate'])}), "
+        f"{details['errors'] if details['errors'] is not None else '?'} failed records "
+        f"(limit {details['max_errors'] if details['max_errors'] is not None else 'none'}) "
+        f"out of {details['records_in'] if details['records_in'] is not None else '?'} "
+        f"in the last {details['window_s'] or '?'} s.",
+    ]
+    if details["top_exception_classes"]:
+        lines.append("Top exceptions: " + ", ".join(f"{name} ({n})" for name, n in details["top_exception_classes"]))
+    if details["top_stages"]:
+        lines.append("Failing stages: " + ", ".join(f"{name} ({n})" for name, n in details["top_stages"]))
+    messages = details.get("top_messages") or []
+    classified = bool(details["top_exception_classes"] or details["top_stages"])
+    counted = classified or bool(messages)
+    if details.get("sample_error"):
+        lines.append(
+            f"Top exceptions and failing stages unknown: the dead letter sample could not be read from "
+            f"{details['dlq_topic'] or 'the DLQ'}: {details['sample_error']}"
+        )
+    elif details.get("sample_size") and not classified and (messages or details.get("sample_with_context")):
+        # A KIP-1191 share-group dead letter carries its error context, but no class and no stage:
+        # Connect's setting would not add them, so the alert names what the records do say.
+        lines.append(
+            f"Top exceptions and failing stages unknown: the newest {details['sample_size']} dead letters "
+            "name no exception class or stage (KIP-1191 share-group dead letters carry a message instead)"
+        )
+    elif details.get("sample_size") and not classified:
+        # Connect's default writes dead letters without their error context: say so, or the
+        # missing lines look like a bug of the alert rather than a setting of the job.
+        lines.append(
+            f"Top exceptions and failing stages unknown: the newest {details['sample_size']} dead letters "
+            "carry no error context (errors.deadletterqueue.context.headers.enable=true adds it)"
+        )
+    if messages:
+        of = "" if not classified else " of those without an exception class"
+        lines.append(f"Top messages{of}: " + ", ".join(f"{text} ({n})" for text, n in messages))
+    if details["dlq_topic"]:
+        # The counts above are of a bounded sample, not of the whole DLQ: say which.
+        of = f" (counts above: its newest {details['sample_size']} dead letters)" if counted else ""
+        lines.append(f"Dead letter queue: {details['dlq_topic']}{of}")
+    if details["link"]:
+        lines.append(f"Run: {details['link']}")
+    return lines
+
+
+@dataclass(frozen=True)
+class BreachMessage:
+    """One breach alert in every form: ``text``, ``summary``, ``subject``, Slack ``blocks``, ``html``.
+
+    Build it with :meth:`of`; every string in it is masked. A notifier's templates can
+    quote it as ``{{ kerr_breach.text }}`` (see
+    :class:`~airflow_kerr.notifiers.tolerance_breach.ToleranceBreachNotifier`).
+    """
+
+    text: str
+    summary: str
+    subject: str
+    blocks: list[dict[str, Any]]
+    html: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, details: Mapping[str, Any]) -> BreachMessage:
+        """The message for ``details`` (as the notifier builds them), masked whatever a caller passed."""
+        masked: dict[str, Any] = mask_secrets(dict(details), by_key=False)
+        # Masked as one text, not line by line: a PEM block in an exception message spans lines.
+        text = mask_text("\n".join(breach_lines(masked)))
+        lines = text.splitlines()
+        summary = lines[0]
+        mrkdwn = slack_escape(text)
+        if len(mrkdwn) > SLACK_SECTION_CHARS:
+            mrkdwn = mrkdwn[: SLACK_SECTION_CHARS - 1] + "\u2026"
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in lines[1:])
+        html_body = f"<p><strong>{html.escape(summary)}</strong></p>" + (f"<ul>{items}</ul>" if items else "")
+        return cls(
+            text=text,
+            summary=summary,
+            subject=mask_text(f"[kerr] tolerance breached in {masked.get('pipeline') or 'a pipeline'}"),
+            blocks=[{"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}],
+            html=html_body,
+            details=masked,
+        )
+
+    def webhook_payload(self) -> dict[str, Any]:
+        """A Slack incoming-webhook body; other receivers read the structured details under ``kerr``."""
+        return {"text": self.summary, "blocks": self.blocks, "kerr": {"event": "tolerance_breach", **self.details}}
