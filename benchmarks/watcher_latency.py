@@ -419,7 +419,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             seed_sample_dlq=False,
             wait_for_dags=(BREACH_DAG, RECOVERY_DAG),
             dags=home / "dags",
-            environment={"AIRFLOW_VAR_KERR_ALERT_WEBHOOK": receiver.url},
+            environment={"AIRFLOW_CONN_KERR_ALERT_WEBHOOK": json.dumps({"conn_type": "http", "host": receiver.url})},
         )
         tree = process_tree(ui.process.pid) if ui.process is not None else []
         try:

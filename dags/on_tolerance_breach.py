@@ -4,11 +4,13 @@ Nobody triggers this DAG: the watched breach asset starts it. Its watcher runs o
 triggerer and reads the job's metrics every second; a breach (more than 2 % of the
 records failing over 5 minutes, once at least 100 were seen) fires once, however long it
 lasts. The alert goes out even if the pause fails, and only once per breach, also when
-the event repeats after a triggerer restart. It goes to the webhook in the Airflow
-Variable ``kerr_alert_webhook`` (Slack incoming-webhook compatible), or to the task log
-only when that is not set. ``on_tolerance_recovery.py`` resumes the connector; for the
-poll-based alternative (one DAG run that waits for a breach, then recovery) see
-``tolerance_guard.py``.
+the event repeats after a triggerer restart. It goes to the webhook whose URL the
+connection ``kerr_alert_webhook`` holds (an ``http`` connection whose host is the URL, or a
+``slack_webhook`` connection: Slack incoming-webhook compatible JSON), read when the alert
+is sent; without that connection the alert is in the task log, with a line naming the
+missing connection. The URL is a credential, so it is never written here.
+``on_tolerance_recovery.py`` resumes the connector; for the poll-based alternative (one
+DAG run that waits for a breach, then recovery) see ``tolerance_guard.py``.
 
 Triggered by hand (Trigger in the UI, no breach event), it is an emergency stop: it
 pauses ``orders-sink`` as asked, and the ``alert`` task is skipped with a log line saying
@@ -55,6 +57,6 @@ with DAG(
         if not any(payload.get("status") == "breach" for payload in event_payloads(events)):
             logging.getLogger(__name__).warning("%s", BY_HAND)
             raise AirflowSkipException(BY_HAND)
-        return alert_once_per_breach(context, BREACH, {"webhook_url": "{{ var.value.get('kerr_alert_webhook', '') }}"})
+        return alert_once_per_breach(context, BREACH, {"webhook_conn_id": "kerr_alert_webhook"})
 
     alert()  # beside the pause, not after it: a failed pause is one more reason to alert

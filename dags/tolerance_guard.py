@@ -6,8 +6,11 @@ or resume at once when the trigger form's go-ahead box is ticked → resume →
 verify RUNNING. Trigger it when the pipeline starts; it ends once the connector
 runs again.
 
-Both form fields are optional, so it triggers with the form's defaults: the go-ahead box
-unticked, and no webhook (the alert goes to the task log only).
+The alert goes through the slack provider's ``SlackWebhookNotifier`` with the
+``kerr_slack_alerts`` connection (type ``slack_webhook``: the webhook token as its password,
+or the whole webhook URL), read only when the alert is sent; without that connection the
+alert is in the task log, with a line naming the missing connection. The form's one field is
+optional, so it triggers with the form's defaults (the go-ahead box unticked).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
+from airflow.providers.slack.notifications.slack_webhook import SlackWebhookNotifier
 from airflow.sdk import DAG, Param
 
 from airflow_kerr.task_groups.tolerance_guard import GO_AHEAD_PARAM, tolerance_guard
@@ -33,13 +37,6 @@ with DAG(
             title="Resume without waiting for recovery",
             description="Tick to resume the connector right after the alert, e.g. once the cause is fixed upstream.",
         ),
-        "webhook_url": Param(
-            None,
-            type=["null", "string"],
-            maxLength=2048,
-            title="Alert webhook",
-            description="Slack incoming-webhook (or any JSON webhook) URL; empty sends the alert to the log only.",
-        ),
     },
 ) as dag:
     tolerance_guard(
@@ -51,6 +48,6 @@ with DAG(
         min_records=100,
         window=timedelta(minutes=5),
         poke_interval=15,
-        # ``or ''``: an empty field is null, which would render as the text "None".
-        notifier={"webhook_url": "{{ params.webhook_url or '' }}"},
+        # text="" is filled with the breach message (text and blocks); see ToleranceBreachNotifier.
+        notifier={"notifiers": [SlackWebhookNotifier(slack_webhook_conn_id="kerr_slack_alerts", text="")]},
     )

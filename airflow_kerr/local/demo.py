@@ -109,6 +109,10 @@ class AlertReceiver:
         self.url = f"http://127.0.0.1:{self.server.server_port}/alerts"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def connection(self) -> str:
+        """A ``slack_webhook`` connection (as ``AIRFLOW_CONN_*`` JSON) whose webhook URL is this receiver."""
+        return json.dumps({"conn_type": "slackwebhook", "password": self.url})
+
     def stop(self) -> None:
         self.server.shutdown()
 
@@ -168,7 +172,8 @@ def run_story(bootstrap: str, connect: ConnectWorker, receiver: AlertReceiver) -
     with open(guard_log, "w") as log:
         guard = subprocess.Popen(
             [sys.executable, "-m", "airflow_kerr.local.demo", "--run-dag", "tolerance_guard"],
-            env={**os.environ, "KERR_DEMO_CONF": json.dumps({"webhook_url": receiver.url})},
+            # The example guard alerts through SlackWebhookNotifier and its kerr_slack_alerts connection.
+            env={**os.environ, "AIRFLOW_CONN_KERR_SLACK_ALERTS": receiver.connection()},
             stdout=log,
             stderr=subprocess.STDOUT,
         )

@@ -117,7 +117,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventStack]:
         seed_sample_dlq=False,
         wait_for_dags=("on_tolerance_breach", "on_tolerance_recovery", "dlq_auto_replay"),
         dags=dags,
-        environment={"AIRFLOW_VAR_KERR_ALERT_WEBHOOK": receiver.url},
+        environment={"AIRFLOW_CONN_KERR_ALERT_WEBHOOK": json.dumps({"conn_type": "http", "host": receiver.url})},
     )
     assert ui.process is not None and ui.broker is not None, "the stack runs its own broker with the example topics"
     try:

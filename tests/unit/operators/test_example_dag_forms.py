@@ -59,7 +59,7 @@ OPTIONAL = {
         "max_records_per_second",
         "max_records",
     },
-    "tolerance_guard": {"resume_without_recovery", "webhook_url"},
+    "tolerance_guard": {"resume_without_recovery"},
 }
 
 
@@ -161,7 +161,6 @@ def test_every_number_field_has_a_minimum_the_form_holds_it_to(example_dags: dic
         ("dlq_replay", "header_match", ["kind", "invalid"]),
         ("dlq_replay", "source_topics", "orders"),
         ("tolerance_guard", "resume_without_recovery", "yes"),
-        ("tolerance_guard", "webhook_url", "h" * 2049),
         ("error_aware_pipeline", "orders", -1),
         ("error_aware_pipeline", "malformed_every", -1),
         ("smoke_spark_kafka", "topic", ""),
@@ -181,14 +180,16 @@ def test_the_dry_run_default_is_safe_and_the_rate_limited(example_dags: dict[str
     assert values["dry_run"] is True and values["max_records_per_second"] == 500
 
 
-def test_the_guard_sends_no_webhook_when_the_field_is_left_empty(example_dags: dict[str, Any]) -> None:
-    """An empty webhook field is null; rendered as-is it would be the text "None", a URL the alert would try."""
-    from jinja2 import Template
-
-    assert example_dags["tolerance_guard"].params["webhook_url"] is None
-    assert Template("{{ params.webhook_url or '' }}").render(params={"webhook_url": None}) == ""
-    source = (DAGS / "tolerance_guard.py").read_text()
-    assert "{{ params.webhook_url or '' }}" in source and "{{ params.webhook_url }}" not in source
+def test_the_example_alerts_name_connections_never_a_webhook_url() -> None:
+    """A Slack webhook URL is a credential: the examples name connections, read when the alert is sent, and the
+    trigger form asks for no URL (a run's conf is shown to everyone who can see the run)."""
+    guard = (DAGS / "tolerance_guard.py").read_text()
+    assert 'SlackWebhookNotifier(slack_webhook_conn_id="kerr_slack_alerts"' in guard
+    breach = (DAGS / "on_tolerance_breach.py").read_text()
+    assert '{"webhook_conn_id": "kerr_alert_webhook"}' in breach
+    for path in DAGS.glob("*.py"):
+        text = path.read_text()
+        assert "webhook_url" not in text and "hooks.slack.com" not in text, path.name
 
 
 def test_the_breach_dag_triggered_by_hand_skips_the_alert_saying_why(example_dags: dict[str, Any]) -> None:
