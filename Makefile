@@ -43,21 +43,23 @@ lint: install
 	$(VENV)/bin/ruff format --check airflow_kerr dags tests benchmarks
 	$(VENV)/bin/mypy
 
-# The whole suite runs in two pytest sessions at once: lint then tests/unit (CPU-bound, about 2 minutes,
-# needing none of the services) beside the rest (mostly waiting on a broker, Spark, Connect or Airflow,
-# about 0.9 of the 2 cores on average). Their log is printed at the end; either failing fails the run.
-# With PYTEST_ARGS (a part of the suite, say) it is one session after lint, as you asked for.
+# The whole suite runs in two pytest sessions at once: lint then tests/unit and tests/package (about 4
+# minutes: the unit tests are CPU-bound, the wheel test mostly waits on pip installing Airflow from PyPI into
+# a clean virtualenv; neither needs the services) beside the rest (mostly waiting on a broker, Spark, Connect
+# or Airflow, about 0.9 of the 2 cores on average, about 13 minutes). The side session's log is printed at
+# the end; either failing fails the run. With PYTEST_ARGS (a part of the suite, say) it is one session after
+# lint, as you asked for.
 SIDE_LOG := .kerr/lint-and-unit.log
 test: install check-java connect-runtime check-chromium
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@mkdir -p .kerr
-	@( $(MAKE) --no-print-directory lint && $(PY) -m pytest tests/unit -q -p no:cacheprovider --basetemp=.kerr/pytest-unit ) \
+	@( $(MAKE) --no-print-directory lint && $(PY) -m pytest tests/unit tests/package -q -p no:cacheprovider --basetemp=.kerr/pytest-unit ) \
 	    > $(SIDE_LOG) 2>&1 & side=$$!; \
-	echo "lint and tests/unit run beside the rest (pid $$side, log $(SIDE_LOG))"; \
-	KERR_CHROMIUM=$(CHROMIUM) $(PY) -m pytest --ignore=tests/unit; rest=$$?; \
+	echo "lint, tests/unit and tests/package run beside the rest (pid $$side, log $(SIDE_LOG))"; \
+	KERR_CHROMIUM=$(CHROMIUM) $(PY) -m pytest --ignore=tests/unit --ignore=tests/package; rest=$$?; \
 	wait $$side; lint_unit=$$?; \
-	echo "---------------- lint and tests/unit ($(SIDE_LOG)) ----------------"; tail -n 60 $(SIDE_LOG); \
-	echo "lint and tests/unit: exit $$lint_unit; the rest of the suite: exit $$rest"; \
+	echo "---------------- lint, tests/unit and tests/package ($(SIDE_LOG)) ----------------"; tail -n 60 $(SIDE_LOG); \
+	echo "lint, tests/unit and tests/package: exit $$lint_unit; the rest of the suite: exit $$rest"; \
 	test $$rest -eq 0 && test $$lint_unit -eq 0
 else
 	$(MAKE) --no-print-directory lint

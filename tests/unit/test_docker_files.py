@@ -169,7 +169,9 @@ def test_pinned_releases_match_the_provider(services: dict[str, dict[str, Any]],
     assert len(kafka_tags) == 1, f"the broker and Kafka Connect should run one Kafka release, found {kafka_tags}"
     plugin_path = _properties(CONNECT_PROPERTIES)["plugin.path"]
     assert f"connect-file-{kafka_tags.pop()}.jar" in plugin_path, f"plugin.path {plugin_path} is not the image's jar"
-    version = pyproject["project"]["version"]
+    # The package's one version source (pyproject.toml reads it from there: dynamic = ["version"]).
+    from airflow_kerr import __version__ as version
+
     built = {str(s["image"]) for s in services.values() if "build" in s}
     assert built == {f"airflow-provider-kerr:{version}", f"airflow-provider-kerr-spark-worker:{version}"}, built
     master_image = str(services[masters[0]]["image"])
