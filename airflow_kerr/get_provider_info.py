@@ -93,6 +93,11 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
+        # common.messaging's MessageQueueTrigger(scheme="kerr+dlq" / "kerr+tolerance"); skipped without that provider.
+        "queues": [
+            "airflow_kerr.queues.dead_letter_queue.DeadLetterQueueMessageQueueProvider",
+            "airflow_kerr.queues.tolerance.ToleranceMessageQueueProvider",
+        ],
         "notifications": ["airflow_kerr.notifiers.tolerance_breach.ToleranceBreachNotifier"],
         # The DLQ view (Browse → Dead letters) and the Replay summary tab of DAG runs.
         "plugins": [

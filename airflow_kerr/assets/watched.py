@@ -16,9 +16,8 @@ from datetime import timedelta
 from airflow.sdk import Asset, AssetWatcher
 
 from airflow_kerr.assets.kafka import cluster_of, kafka_uri
-from airflow_kerr.kafka.tolerance import seconds
 from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
-from airflow_kerr.triggers.tolerance_events import FIRE_ON, ToleranceEventTrigger
+from airflow_kerr.triggers.tolerance_settings import ToleranceSettingsTrigger
 
 
 def dead_letter_queue_asset(
@@ -79,27 +78,21 @@ def tolerance_asset(
     same ones, so they share one watch and one state. Bad settings fail here, when the DAG
     file is parsed, with one line per problem.
     """
-    if event not in FIRE_ON:
-        raise ValueError(f"event={event!r}: expected {' or '.join(FIRE_ON)}")
-    window_s = seconds(window)
-    watch = {
-        "window_ms": int(window_s * 1000),
-        "max_error_rate": max_error_rate,
-        "max_errors": max_errors,
-        "min_records": min_records,
-        "source": source,
-        "pipeline": pipeline,
-        "metrics_topic": metrics_topic,
-        "dlq_topic": dlq_topic,
-        "source_topics": list(source_topics or []),
-        "group_id": consumer_group,
-    }
-    trigger = ToleranceEventTrigger(
-        watch=watch,
+    trigger = ToleranceSettingsTrigger(
+        event=event,
+        pipeline=pipeline,
+        source=source,
+        metrics_topic=metrics_topic,
+        dlq_topic=dlq_topic,
+        source_topics=source_topics,
+        consumer_group=consumer_group,
+        max_error_rate=max_error_rate,
+        max_errors=max_errors,
+        min_records=min_records,
+        window=window,
         kafka_config_id=kafka_config_id,
         poll_interval=poll_interval,
         cursor_group=cursor_group,
-        fire_on=event,
     )
     watched = (
         {"pipeline": str(pipeline)} if source == "metrics" else {"dlq": str(dlq_topic), "group": str(consumer_group)}

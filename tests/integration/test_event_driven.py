@@ -4,7 +4,9 @@ Real: the embedded broker, a Kafka Connect worker running ``orders-sink``, ``air
 standalone`` (api-server, scheduler, dag-processor, triggerer, LocalExecutor) running the
 example DAGs ``on_tolerance_breach``, ``on_tolerance_recovery`` and ``dlq_auto_replay`` on
 their watched assets, and a local webhook receiving the alert. ``dag.test()`` would run no
-watcher, hence the whole stack.
+watcher, hence the whole stack. ``on_tolerance_recovery`` and the test's ``dlq_queue_watch``
+are watched through common.messaging's real ``MessageQueueTrigger`` (schemes ``kerr+tolerance``
+and ``kerr+dlq``), so the queue provider is tested on the real triggerer too.
 
 Written by the test, for time: what the error-aware job leaves behind after a batch (its
 dead letters and its task metrics record, in the job's own formats, through the package's
@@ -46,6 +48,30 @@ METRICS_TOPIC, PIPELINE = ORDERS_TOLERANCE["metrics_topic"], ORDERS_TOLERANCE["p
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = "**ORDERS_TOLERANCE)"
 WINDOW_S = 10.0
+#: A DLQ watched through common.messaging's door, by a DAG the test deploys (``QUEUE_DAG``).
+QUEUE_DLQ = "orders.queue.dlq"
+QUEUE_DAG = f"""
+import pendulum
+from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
+from airflow.sdk import DAG, Asset, AssetWatcher, task
+
+DLQ = Asset(
+    name="kerr.queue_watch.{QUEUE_DLQ}",
+    watchers=[
+        AssetWatcher(
+            name="kerr.queue_watch.{QUEUE_DLQ}",
+            trigger=MessageQueueTrigger(scheme="kerr+dlq", topic="{QUEUE_DLQ}", min_records=3, poll_interval=1.0),
+        )
+    ],
+)
+with DAG(dag_id="dlq_queue_watch", schedule=[DLQ], start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, is_paused_upon_creation=False):
+    @task
+    def triage():
+        return None
+
+    triage()
+"""
 
 
 def tolerance_trigger() -> Any:
@@ -109,17 +135,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventStack]:
             assert SETTINGS in text, f"{name} no longer watches with {SETTINGS!r}; update this test's copy"
             text = text.replace(SETTINGS, f'**{{**ORDERS_TOLERANCE, "window": {WINDOW_S}}})')
         (dags / name).write_text(text)
+    (dags / "dlq_queue_watch.py").write_text(QUEUE_DAG)
     receiver = AlertReceiver()
     ui = start_local_ui(
         home,
         port=free_port(),
         connect_port=free_port(),
         seed_sample_dlq=False,
-        wait_for_dags=("on_tolerance_breach", "on_tolerance_recovery", "dlq_auto_replay"),
+        wait_for_dags=("on_tolerance_breach", "on_tolerance_recovery", "dlq_auto_replay", "dlq_queue_watch"),
         dags=dags,
         environment={"AIRFLOW_CONN_KERR_ALERT_WEBHOOK": json.dumps({"conn_type": "http", "host": receiver.url})},
     )
     assert ui.process is not None and ui.broker is not None, "the stack runs its own broker with the example topics"
+    ensure_topics(ui.bootstrap_servers, {QUEUE_DLQ: 1})  # before its watcher's first look backs off for long
     try:
         yield EventStack(ui, receiver)
     finally:
@@ -193,6 +221,41 @@ def test_the_opt_in_auto_replay_puts_back_only_retriable_dead_letters_as_they_la
     assert run["run_type"] == "asset_triggered"
     replayed = read_to_end(config, "orders.auto")
     assert sorted(m.value() for m in replayed) == [b"order-0", b"order-2"], "only the retriable ones, once each"
+
+
+def test_a_message_queue_trigger_with_the_kerr_dlq_scheme_starts_a_dag_when_the_dlq_grows(stack: EventStack) -> None:
+    """common.messaging's ``MessageQueueTrigger(scheme="kerr+dlq")`` finds our queue provider on the real triggerer.
+
+    Two dead letters stay under the watch's ``min_records=3`` and start nothing; the third
+    starts one run, and the run's asset event carries the growth summary of all three.
+    """
+    wait_for(
+        "the queue-door DLQ watcher to start (its cursor group to commit)",
+        lambda: stack.watcher_started(
+            DeadLetterQueueEventTrigger(topic=QUEUE_DLQ, min_records=3, poll_interval=1.0), QUEUE_DLQ
+        ),
+        180,
+        stack,
+    )
+    config = {"bootstrap.servers": stack.bootstrap_servers}
+    write_dead_letters(config, QUEUE_DLQ, "orders.queued", [ValueError("negative amount"), ValueError("no customer")])
+    write_dead_letters(config, QUEUE_DLQ, "orders.queued", [RetriableError("broker away")])
+    [run] = wait_for(
+        "a successful dlq_queue_watch run",
+        lambda: [run for run in stack.runs("dlq_queue_watch") if run["state"] == "success"],
+        180,
+        stack,
+    )
+    assert run["run_type"] == "asset_triggered"
+    assert len(stack.runs("dlq_queue_watch")) == 1, "two dead letters, under min_records, started no run"
+    events = f"/dags/dlq_queue_watch/dagRuns/{run['dag_run_id']}/upstreamAssetEvents"
+    found = wait_for(
+        "the run's asset events", lambda: stack.answer(lambda api: api.get(events), None).get("asset_events"), 60, stack
+    )
+    [event] = found
+    payload = event["extra"]["payload"]
+    assert (payload["status"], payload["topic"], payload["count"]) == ("grew", QUEUE_DLQ, 3), payload
+    assert payload["counts_by_class"] == {"ValueError": 2, "airflow_kerr.errors.exceptions.RetriableError": 1}, payload
 
 
 def test_the_connections_are_rows_of_the_metadata_db_and_in_no_airflow_process_environment(stack: EventStack) -> None:

@@ -270,8 +270,9 @@ def test_the_dockerfile_installs_the_provider_java_and_pyspark() -> None:
     )
     destinations = {destination.rstrip("/") for _, destination in copied}
     installs = re.findall(r"pip install [^&]*", lines)
-    # The extras the copied provider is installed with: spark (pyspark, pinned with pyspark-client) and slack
-    # (dags/tolerance_guard.py, mounted into the image, alerts through the slack provider's notifier).
+    # The extras the copied provider is installed with: spark (pyspark, pinned with pyspark-client), slack
+    # (dags/tolerance_guard.py, mounted into the image, alerts through the slack provider's notifier) and
+    # messaging (dags/on_tolerance_recovery.py's watcher is common.messaging's MessageQueueTrigger).
     extras = {
         extra.strip()
         for install in installs
@@ -279,8 +280,8 @@ def test_the_dockerfile_installs_the_provider_java_and_pyspark() -> None:
         for found in re.findall(re.escape(destination) + r"\[([^\]]*)\]", install)
         for extra in found.split(",")
     }
-    assert {"spark", "slack"} <= extras, (
-        f"the copied provider is not installed with its spark and slack extras: {installs}"
+    assert {"spark", "slack", "messaging"} <= extras, (
+        f"the copied provider is not installed with its spark, slack and messaging extras: {installs}"
     )
     assert any('"apache-airflow==${AIRFLOW_VERSION}"' in install for install in installs), "pip may move Airflow"
     from_airflow = re.search(r"FROM apache/airflow:(\d+\.\d+\.\d+)-python(\d+\.\d+)", text)

@@ -40,7 +40,8 @@ def test_every_module_the_provider_lists_imports() -> None:
     modules = [
         m for role in ("hooks", "operators", "sensors", "triggers") for e in info[role] for m in e["python-modules"]
     ]
-    for path in [*info["notifications"], *(c["hook-class-name"] for c in info["connection-types"])]:
+    classes = [*info["notifications"], *info["queues"], *(c["hook-class-name"] for c in info["connection-types"])]
+    for path in classes:
         module, _, name = path.rpartition(".")
         assert hasattr(importlib.import_module(module), name), path
     for module in modules:

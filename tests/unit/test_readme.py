@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -46,3 +47,13 @@ def test_the_readme_event_driven_dag_file_loads_in_a_dagbag(tmp_path: Path) -> N
     assert bag.dag_ids == ["orders_on_breach"]
     watcher = bag.dags["orders_on_breach"].timetable.asset_condition
     assert "event=breach" in str(watcher)
+
+
+def test_the_readme_message_queue_snippet_builds_our_dlq_watch() -> None:
+    """The ``MessageQueueTrigger(scheme="kerr+dlq")`` snippet under "Event-driven DAGs" runs and builds our trigger."""
+    section = README.read_text().split("**Through common.messaging's `MessageQueueTrigger`.**", 1)[1]
+    namespace: dict[str, Any] = {}
+    exec(first_python_block(section), namespace)
+    classpath, kwargs = namespace["DLQ_GREW"].watchers[0].trigger.serialize()
+    assert classpath == "airflow_kerr.triggers.dead_letter_queue_events.DeadLetterQueueEventTrigger"
+    assert (kwargs["topic"], kwargs["min_records"]) == ("orders.dlq", 10)

@@ -1,0 +1,1 @@
+"""Queue providers for common.messaging's ``MessageQueueTrigger``: ``scheme="kerr+dlq"`` and ``"kerr+tolerance"``."""

@@ -1,0 +1,73 @@
+"""``ToleranceSettingsTrigger``: a :class:`ToleranceEventTrigger` made from the settings as a DAG author writes them.
+
+Two doors lead to the tolerance watch: :func:`~airflow_kerr.assets.watched.tolerance_asset`
+and common.messaging's ``MessageQueueTrigger(scheme="kerr+tolerance", ...)``. Both take
+the sensor's flat keyword arguments (``pipeline``, ``max_error_rate``, ``window`` ...);
+this class turns them into the trigger's one ``watch`` dict, checked here, when the DAG
+file is parsed. It serializes as the :class:`ToleranceEventTrigger` it is, so the
+triggerer runs that class and two watchers with the same settings share one poll loop and
+one state, whichever door each came through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow_kerr.kafka.tolerance import seconds
+from airflow_kerr.triggers.tolerance_events import FIRE_ON, ToleranceEventTrigger
+
+#: What the triggerer instantiates: the watch itself, not this door to it.
+CLASSPATH = f"{ToleranceEventTrigger.__module__}.{ToleranceEventTrigger.__qualname__}"
+
+
+class ToleranceSettingsTrigger(ToleranceEventTrigger):
+    """Fires on a pipeline's tolerance ``event``: ``breach`` or ``recovery`` (``ToleranceSensor``'s settings).
+
+    ``consumer_group`` is the sensor's ``group_id`` (the group whose backlog counts when
+    ``source="dlq"``); ``window`` is a ``timedelta`` or seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        event: str = "breach",
+        pipeline: str | None = None,
+        source: str = "metrics",
+        metrics_topic: str = "kerr.metrics",
+        dlq_topic: str | None = None,
+        source_topics: Sequence[str] | None = None,
+        consumer_group: str | None = None,
+        max_error_rate: float | None = None,
+        max_errors: int | None = None,
+        min_records: int = 100,
+        window: timedelta | float = timedelta(minutes=5),
+        kafka_config_id: str = "kafka_default",
+        poll_interval: float = 5.0,
+        cursor_group: str | None = None,
+    ) -> None:
+        if event not in FIRE_ON:
+            raise ValueError(f"event={event!r}: expected {' or '.join(FIRE_ON)}")
+        watch = {
+            "window_ms": int(seconds(window) * 1000),
+            "max_error_rate": max_error_rate,
+            "max_errors": max_errors,
+            "min_records": min_records,
+            "source": source,
+            "pipeline": pipeline,
+            "metrics_topic": metrics_topic,
+            "dlq_topic": dlq_topic,
+            "source_topics": list(source_topics or []),
+            "group_id": consumer_group,
+        }
+        super().__init__(
+            watch=watch,
+            kafka_config_id=kafka_config_id,
+            poll_interval=poll_interval,
+            cursor_group=cursor_group,
+            fire_on=event,
+        )
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return CLASSPATH, super().serialize()[1]
