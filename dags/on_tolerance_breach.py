@@ -3,7 +3,10 @@
 Nobody triggers this DAG: the watched breach asset starts it. Its watcher runs on the
 triggerer and reads the job's metrics every second; a breach (more than 2 % of the
 records failing over 5 minutes, once at least 100 were seen) fires once, however long it
-lasts. The alert goes out even if the pause fails, and only once per breach, also when
+lasts. The watcher itself asks Kafka Connect to pause ``orders-sink`` the moment it sees
+the breach (``pause_on_breach`` in the shared settings), before this DAG's run exists:
+the run's ``pause_connector`` follows up, asking again and waiting until every task reads
+PAUSED, and retries if the watcher's ask failed. The alert goes out even if the pause fails, and only once per breach, also when
 the event repeats after a triggerer restart. It goes to the webhook whose URL the
 connection ``kerr_alert_webhook`` holds (an ``http`` connection whose host is the URL, or a
 ``slack_webhook`` connection: Slack incoming-webhook compatible JSON), read when the alert

@@ -47,7 +47,9 @@ with DAG(
         max_error_rate=0.02,
         min_records=100,
         window=timedelta(minutes=5),
-        poke_interval=15,
+        # The breach sensor reads the metrics topic every second (a small read) and pauses orders-sink the moment
+        # it sees a breach; a longer interval is a longer wait before the pause.
+        poke_interval=1,
         # text="" is filled with the breach message (text and blocks); see ToleranceBreachNotifier.
         notifier={"notifiers": [SlackWebhookNotifier(slack_webhook_conn_id="kerr_slack_alerts", text="")]},
     )

@@ -16,6 +16,7 @@ from datetime import timedelta
 from airflow.sdk import Asset, AssetWatcher
 
 from airflow_kerr.assets.kafka import cluster_of, kafka_uri
+from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
 from airflow_kerr.triggers.tolerance_settings import ToleranceSettingsTrigger
 
@@ -70,13 +71,17 @@ def tolerance_asset(
     server: str | None = None,
     poll_interval: float = 5.0,
     cursor_group: str | None = None,
+    pause_on_breach: Sequence[str] = (),
+    kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
 ) -> Asset:
     """A pipeline's tolerance ``event`` (``breach`` or ``recovery``) as an asset, watched by ``ToleranceEventTrigger``.
 
     The watch settings are :class:`~airflow_kerr.sensors.tolerance.ToleranceSensor`'s
     (``consumer_group`` is its ``group_id``); give the breach and the recovery asset the
-    same ones, so they share one watch and one state. Bad settings fail here, when the DAG
-    file is parsed, with one line per problem.
+    same ones, so they share one watch and one state. ``pause_on_breach`` names Kafka Connect
+    connectors (on ``kafka_connect_conn_id``) the watch pauses the moment it sees a breach,
+    before the DAG run exists; the DAG's pause task then follows up. Bad settings fail here,
+    when the DAG file is parsed, with one line per problem.
     """
     trigger = ToleranceSettingsTrigger(
         event=event,
@@ -93,6 +98,8 @@ def tolerance_asset(
         kafka_config_id=kafka_config_id,
         poll_interval=poll_interval,
         cursor_group=cursor_group,
+        pause_on_breach=pause_on_breach,
+        kafka_connect_conn_id=kafka_connect_conn_id,
     )
     watched = (
         {"pipeline": str(pipeline)} if source == "metrics" else {"dlq": str(dlq_topic), "group": str(consumer_group)}

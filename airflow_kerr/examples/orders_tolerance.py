@@ -10,8 +10,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+#: The Kafka Connect sink downstream of the pipeline, paused while the pipeline breaches.
+ORDERS_CONNECTOR = "orders-sink"
+
 #: More than 2 % of the records failing over 5 minutes, once at least 100 records were seen;
-#: read every second from the job's metrics on ``kerr.metrics``.
+#: read every second from the job's metrics on ``kerr.metrics``. The watch pauses ``orders-sink``
+#: the moment it sees a breach, before the breach DAG's run exists (that run follows up).
 ORDERS_TOLERANCE: dict[str, Any] = {
     "pipeline": "orders_pipeline",
     "metrics_topic": "kerr.metrics",
@@ -20,7 +24,5 @@ ORDERS_TOLERANCE: dict[str, Any] = {
     "min_records": 100,
     "window": timedelta(minutes=5),
     "poll_interval": 1.0,
+    "pause_on_breach": [ORDERS_CONNECTOR],
 }
-
-#: The Kafka Connect sink downstream of the pipeline, paused while the pipeline breaches.
-ORDERS_CONNECTOR = "orders-sink"

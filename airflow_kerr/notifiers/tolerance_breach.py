@@ -157,6 +157,8 @@ class ToleranceBreachNotifier(BaseNotifier):
             "sample_with_context": sum(1 for s in sample if _has_context(s)),
             "sample_size": len(sample),
             "sample_error": None if sample else self.sample_error,
+            # The connectors the breach sensor or watcher paused the moment it saw the breach, and when.
+            "paused_on_breach": reading.get("paused_on_breach"),
             "dag_id": getattr(dag_run, "dag_id", None) or getattr(ti, "dag_id", None),
             "run_id": getattr(dag_run, "run_id", None) or getattr(ti, "run_id", None),
             "task_id": getattr(ti, "task_id", None),

@@ -10,7 +10,9 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
+from airflow_kerr.hooks.breach_pause import pause_on_breach
 from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.tolerance import ToleranceWatch, reading_with_limits, seconds, watch_problems
 from airflow_kerr.triggers.base import defer_sensor
 from airflow_kerr.triggers.tolerance import ToleranceTrigger
@@ -30,6 +32,12 @@ class ToleranceSensor(BaseSensorOperator):
     ``dlq_topic`` over what consumer group ``group_id`` consumed of
     ``source_topics`` inside the window, so it also guards a Kafka Connect sink
     that writes a DLQ. The result (XCom) is the reading that tripped the sensor.
+
+    ``pause_on_breach`` names Kafka Connect connectors (on ``kafka_connect_conn_id``) to
+    pause the moment the breach is seen, in the poke or the trigger that saw it, before
+    any downstream task starts (seconds count while bad records flow into a sink); the
+    result's ``paused_on_breach`` says, per connector, when Connect accepted the pause or
+    why it did not. A pause task downstream then follows up and waits for PAUSED.
     """
 
     template_fields: Sequence[str] = ("pipeline", "metrics_topic", "dlq_topic", "source_topics", "group_id")
@@ -49,6 +57,8 @@ class ToleranceSensor(BaseSensorOperator):
         dlq_topic: str | None = None,
         source_topics: Sequence[str] | None = None,
         group_id: str | None = None,
+        pause_on_breach: str | Sequence[str] = (),
+        kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
@@ -66,6 +76,11 @@ class ToleranceSensor(BaseSensorOperator):
             source_topics=source_topics,
             group_id=group_id,
         )
+        pause = [pause_on_breach] if isinstance(pause_on_breach, str) else list(pause_on_breach)
+        if any(not isinstance(name, str) or not name.strip() for name in pause):
+            problems.append(f"pause_on_breach={pause_on_breach!r}: expected Kafka Connect connector names")
+        if pause and wait_for != "breach":
+            problems.append(f"pause_on_breach={pause_on_breach!r}: only with wait_for='breach', not {wait_for!r}")
         if problems:
             raise ValueError("invalid ToleranceSensor arguments:\n  - " + "\n  - ".join(problems))
         self.kafka_config_id = kafka_config_id
@@ -80,6 +95,8 @@ class ToleranceSensor(BaseSensorOperator):
         self.dlq_topic = dlq_topic
         self.source_topics = list(source_topics or [])
         self.group_id = group_id
+        self.pause_on_breach = pause
+        self.kafka_connect_conn_id = kafka_connect_conn_id
         self.deferrable = deferrable
         self._watch: ToleranceWatch | None = None
 
@@ -109,22 +126,31 @@ class ToleranceSensor(BaseSensorOperator):
         watch = self.watch()
         holds, reading = watch.check()
         self.log.info("%s? %s", self.wait_for, watch.describe(reading))
-        if holds and reading is not None:
-            return PokeReturnValue(is_done=True, xcom_value=self.result(reading.as_dict()))
-        return False
+        if not holds or reading is None:
+            return False
+        paused = pause_on_breach(self.kafka_connect_conn_id, self.pause_on_breach)
+        return PokeReturnValue(is_done=True, xcom_value=self.result(reading.as_dict(), paused))
 
-    def result(self, reading: dict[str, Any]) -> dict[str, Any]:
+    def result(self, reading: dict[str, Any], paused: dict[str, Any] | None = None) -> dict[str, Any]:
         """The reading plus the limits it was judged against, for notifiers and branches downstream."""
-        return reading_with_limits(reading, self.watch_settings())
+        result = reading_with_limits(reading, self.watch_settings())
+        return {**result, "paused_on_breach": paused} if paused else result
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        defer_sensor(self, ToleranceTrigger, watch=self.watch_settings(), kafka_config_id=self.kafka_config_id)
+        defer_sensor(
+            self,
+            ToleranceTrigger,
+            watch=self.watch_settings(),
+            kafka_config_id=self.kafka_config_id,
+            pause_on_breach=self.pause_on_breach,
+            kafka_connect_conn_id=self.kafka_connect_conn_id,
+        )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == self.wait_for:
-            return self.result(event["reading"])
+            return self.result(event["reading"], event.get("paused_on_breach"))
         if event.get("status") == "timeout":
             raise AirflowSensorTimeout(f"no {self.wait_for} within the timeout; last reading {event.get('reading')}")
         raise AirflowException(event.get("message", f"tolerance trigger failed: {event}"))

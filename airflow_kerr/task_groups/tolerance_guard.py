@@ -1,6 +1,7 @@
 """``tolerance_guard(...)``: the closed loop around a downstream Kafka Connect connector, as a TaskGroup.
 
-wait for a breach → pause the connector(s) → notify → wait for recovery (or a
+wait for a breach (the sensor that sees it asks Connect to pause at once) → pause the
+connector(s) (follow up: wait until PAUSED) → notify → wait for recovery (or a
 manual go-ahead given as a DAG param) → resume → verify RUNNING. Connector
 watchdogs react only to a FAILED task; this reacts to the error rate before
 anything fails, and undoes itself once the pipeline is healthy again.
@@ -95,7 +96,15 @@ def tolerance_guard(
         "deferrable": deferrable,
     }
     with TaskGroup(group_id=group_id) as group:
-        breach = ToleranceSensor(task_id="wait_for_breach", wait_for="breach", timeout=timeouts["breach"], **watch)
+        # The sensor that sees the breach pauses at once; pause_connectors follows up and waits for PAUSED.
+        breach = ToleranceSensor(
+            task_id="wait_for_breach",
+            wait_for="breach",
+            timeout=timeouts["breach"],
+            pause_on_breach=names,
+            kafka_connect_conn_id=kafka_connect_conn_id,
+            **watch,
+        )
         pause = PauseConnectorOperator(task_id="pause_connectors", **control)
 
         @task(task_id="notify")

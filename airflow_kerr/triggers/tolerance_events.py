@@ -6,6 +6,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_kerr.hooks.breach_pause import pause_on_breach
+from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.dead_letters import alert_sample
 from airflow_kerr.kafka.tolerance import ToleranceWatch, reading_with_limits, watch_problems
 from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
@@ -22,12 +24,27 @@ class ToleranceTransitionStream(CursorStream):
     The state (``healthy``, or ``breached`` with the breach's id) is the cursor's, saved
     once Airflow stored the event that changed it, so a breach is announced once however
     long it lasts, and a restart neither forgets an open breach nor loses one.
+
+    With ``pause_on_breach`` (connector names) it asks Kafka Connect to pause them as soon
+    as it sees the breach, before announcing it: the DAG the event starts follows up. The
+    event says what was asked and when (``paused_on_breach``).
     """
 
-    def __init__(self, *, watch: dict[str, Any], cursor_group: str, kafka_config_id: str, poll_interval: float) -> None:
+    def __init__(
+        self,
+        *,
+        watch: dict[str, Any],
+        cursor_group: str,
+        kafka_config_id: str,
+        poll_interval: float,
+        pause_on_breach: Sequence[str] = (),
+        kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
+    ) -> None:
         super().__init__(kafka_config_id=kafka_config_id, poll_interval=poll_interval)
         self.settings = watch
         self.cursor_group = cursor_group
+        self.pause_on_breach = list(pause_on_breach)
+        self.kafka_connect_conn_id = kafka_connect_conn_id
         self._watch: ToleranceWatch | None = None
 
     def cursor(self) -> WatchCursor:
@@ -51,12 +68,15 @@ class ToleranceTransitionStream(CursorStream):
             event = {"status": "recovery", "breach_id": state.get("breach_id")}
             after = {"state": "healthy", "last_breach_id": state.get("breach_id")}
         else:
+            paused = pause_on_breach(self.kafka_connect_conn_id, self.pause_on_breach)  # first: seconds matter
             breach_id = f"{self.settings.get('pipeline') or self.settings.get('dlq_topic')}@{reading.window_end_ms}"
             dlq = self.settings.get("dlq_topic")
             sample, problem = alert_sample(lambda: self.kafka_config, dlq)
             if problem:  # the breach is news without its sample; the alert says why it has none
                 log.warning("no dead-letter sample from %s for the breach event: %s", dlq, problem)
             event = {"status": "breach", "breach_id": breach_id, "sample": sample, "sample_error": problem}
+            if paused:
+                event["paused_on_breach"] = paused
             after = {"state": "breached", "breach_id": breach_id, "since_ms": reading.window_end_ms}
         return [({**event, **reading_with_limits(reading.as_dict(), settings)}, WatchPosition(state=after))]
 
@@ -72,10 +92,28 @@ class ToleranceEventTrigger(WatchTrigger):
     repeat after a triggerer restart), the reading (``records_in``, ``errors``,
     ``error_rate``, ``window_start_ms``/``window_end_ms``) and the limits, ``pipeline``
     and ``dlq_topic``. Delivery is at least once (see :mod:`airflow_kerr.triggers.watch`).
+    ``pause_on_breach`` names Kafka Connect connectors (on ``kafka_connect_conn_id``) the
+    watch pauses the moment it sees a breach, before the event exists; the breach payload's
+    ``paused_on_breach`` says, per connector, when Connect accepted the pause or why not.
     """
 
-    fields = ("watch", "kafka_config_id", "poll_interval", "cursor_group", "fire_on")
-    stream_fields = ("watch", "kafka_config_id", "poll_interval", "cursor_group")
+    fields = (
+        "watch",
+        "kafka_config_id",
+        "poll_interval",
+        "cursor_group",
+        "fire_on",
+        "pause_on_breach",
+        "kafka_connect_conn_id",
+    )
+    stream_fields = (
+        "watch",
+        "kafka_config_id",
+        "poll_interval",
+        "cursor_group",
+        "pause_on_breach",
+        "kafka_connect_conn_id",
+    )
 
     def __init__(
         self,
@@ -84,12 +122,17 @@ class ToleranceEventTrigger(WatchTrigger):
         poll_interval: float = 5.0,
         cursor_group: str | None = None,
         fire_on: str | Sequence[str] = FIRE_ON,
+        pause_on_breach: Sequence[str] = (),
+        kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
     ) -> None:
         super().__init__()
         settings: dict[str, Any] = {key: watch.get(key) for key in WATCH_KEYS}
         problems = watch_problems(wait_for="breach", window=watch["window_ms"] / 1000, **settings)
         fire = [fire_on] if isinstance(fire_on, str) else list(fire_on)
         problems += [f"fire_on={name!r}: expected {' or '.join(FIRE_ON)}" for name in fire if name not in FIRE_ON]
+        pause = [pause_on_breach] if isinstance(pause_on_breach, str) else list(pause_on_breach)
+        if any(not isinstance(name, str) or not name.strip() for name in pause):
+            problems.append(f"pause_on_breach={pause_on_breach!r}: expected Kafka Connect connector names")
         if problems:
             raise ValueError("invalid ToleranceEventTrigger arguments:\n  - " + "\n  - ".join(problems))
         self.watch = dict(watch)
@@ -98,6 +141,8 @@ class ToleranceEventTrigger(WatchTrigger):
         subject = str(watch.get("pipeline") or watch.get("dlq_topic"))
         self.cursor_group = cursor_group or default_cursor_group("tolerance", subject, self.watch)
         self.fire_on = fire
+        self.pause_on_breach = pause
+        self.kafka_connect_conn_id = kafka_connect_conn_id
 
     @classmethod
     def stream(cls, settings: dict[str, Any]) -> CursorStream:

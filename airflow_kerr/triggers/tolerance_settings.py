@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.tolerance import seconds
 from airflow_kerr.triggers.tolerance_events import FIRE_ON, ToleranceEventTrigger
 
@@ -46,6 +47,8 @@ class ToleranceSettingsTrigger(ToleranceEventTrigger):
         kafka_config_id: str = "kafka_default",
         poll_interval: float = 5.0,
         cursor_group: str | None = None,
+        pause_on_breach: Sequence[str] = (),
+        kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
     ) -> None:
         if event not in FIRE_ON:
             raise ValueError(f"event={event!r}: expected {' or '.join(FIRE_ON)}")
@@ -67,6 +70,8 @@ class ToleranceSettingsTrigger(ToleranceEventTrigger):
             poll_interval=poll_interval,
             cursor_group=cursor_group,
             fire_on=event,
+            pause_on_breach=pause_on_breach,
+            kafka_connect_conn_id=kafka_connect_conn_id,
         )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,17 @@ class EventStack:
         found = self.answer(lambda api: api.get(f"/dags/{dag_id}/dagRuns", params={"order_by": "run_after"}), None)
         return list(found["dag_runs"])
 
+    def run_payloads(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """The watcher payloads of the asset events that started a run."""
+        path = f"/dags/{dag_id}/dagRuns/{run_id}/upstreamAssetEvents"
+        found = wait_for(
+            f"{dag_id}'s asset events",
+            lambda: self.answer(lambda api: api.get(path), None).get("asset_events"),
+            60,
+            self,
+        )
+        return [event["extra"]["payload"] for event in found]
+
     def answer(self, request: Callable[[Any], Any], default: Any) -> Any:
         """The JSON of one API request, or ``{"state": default}`` when the api-server is too busy to answer.
 
@@ -173,6 +185,11 @@ def test_a_poison_batch_pauses_the_connector_and_alerts_once_then_a_clean_batch_
     wait_for("the breach alert", lambda: stack.receiver.alerts, 120, stack)
     [breach_run] = stack.runs("on_tolerance_breach")
     assert breach_run["run_type"] == "asset_triggered"
+    [breach] = stack.run_payloads("on_tolerance_breach", breach_run["dag_run_id"])
+    asked = breach["paused_on_breach"]["orders-sink"]
+    assert asked["error"] is None, asked
+    queued = datetime.fromisoformat(breach_run["queued_at"].replace("Z", "+00:00")).timestamp()
+    assert asked["asked_at_ms"] / 1000 < queued, ("the watcher paused before the DAG run existed", asked, breach_run)
     text = stack.receiver.alerts[0]["blocks"][0]["text"]["text"]
     assert "Tolerance breached in pipeline orders_pipeline" in text
     assert "Top exceptions: json.decoder.JSONDecodeError" in text and "Failing stages: VALUE_CONVERTER" in text, text
@@ -248,12 +265,7 @@ def test_a_message_queue_trigger_with_the_kerr_dlq_scheme_starts_a_dag_when_the_
     )
     assert run["run_type"] == "asset_triggered"
     assert len(stack.runs("dlq_queue_watch")) == 1, "two dead letters, under min_records, started no run"
-    events = f"/dags/dlq_queue_watch/dagRuns/{run['dag_run_id']}/upstreamAssetEvents"
-    found = wait_for(
-        "the run's asset events", lambda: stack.answer(lambda api: api.get(events), None).get("asset_events"), 60, stack
-    )
-    [event] = found
-    payload = event["extra"]["payload"]
+    [payload] = stack.run_payloads("dlq_queue_watch", run["dag_run_id"])
     assert (payload["status"], payload["topic"], payload["count"]) == ("grew", QUEUE_DLQ, 3), payload
     assert payload["counts_by_class"] == {"ValueError": 2, "airflow_kerr.errors.exceptions.RetriableError": 1}, payload
 

@@ -115,10 +115,11 @@ def test_breach_pauses_alerts_and_recovery_resumes(
     unique_topic: str,
     connect: ConnectWorker,
     webhook: tuple[str, list[Any]],
-    run_dag: Callable[..., dict[str, str | None]],
+    airflow_home: Any,
     monkeypatch: pytest.MonkeyPatch,
     write_dag: Callable[[str, str], Any],
 ) -> None:
+    """``dag.test()`` here rather than the ``run_dag`` fixture: the test reads the task instances' start times."""
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": kafka_config}))
     topic = create_topic(unique_topic, partitions=2)
     for suffix in (".clean", ".dlq", ".metrics"):
@@ -180,8 +181,10 @@ def test_breach_pauses_alerts_and_recovery_resumes(
 
     background = threading.Thread(target=pipeline_runs)
     background.start()
-    states = run_dag(dag)
+    dag_run = dag.test()
     background.join(timeout=300)
+    states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+    started = {ti.task_id.split(".")[-1]: ti.start_date for ti in dag_run.get_task_instances()}
 
     assert not failures, failures
     assert all(state == "success" for state in states.values()), states
@@ -208,6 +211,10 @@ def test_breach_pauses_alerts_and_recovery_resumes(
     assert f"Dead letter queue: {topic}.dlq (counts above: its newest 20 dead letters)" in text, text
     assert details["top_exception_classes"] == [["json.decoder.JSONDecodeError", 20]]
     assert details["sample_error"] is None
+    # The sensor that saw the breach paused the sink itself, before the pause task had started.
+    asked = details["paused_on_breach"][sink.name]
+    assert asked["error"] is None, asked
+    assert asked["asked_at_ms"] / 1000 < started["pause_connectors"].timestamp(), (asked, started)
 
 
 def test_an_unreadable_dlq_still_alerts_and_says_why_the_sample_is_missing(

@@ -98,3 +98,44 @@ def test_an_alert_whose_sample_has_no_error_context_says_which_setting_adds_it()
         "(errors.deadletterqueue.context.headers.enable=true adds it)"
     ) in text
     assert text.endswith("Dead letter queue: orders.dlq")
+
+
+def test_the_breach_sensor_pauses_the_guarded_connectors_itself_and_the_recovery_sensor_does_not() -> None:
+    with a_dag("guard_pause_at_once") as dag:
+        tolerance_guard(consumer_group="connect-orders-sink", kafka_connect_conn_id="connect_prod", **DLQ_GUARD)
+    breach = dag.get_task("tolerance_guard.wait_for_breach")
+    recovery = dag.get_task("tolerance_guard.wait_for_recovery")
+    assert isinstance(breach, ToleranceSensor) and isinstance(recovery, ToleranceSensor)
+    assert (breach.pause_on_breach, breach.kafka_connect_conn_id) == (["orders-sink"], "connect_prod")
+    assert recovery.pause_on_breach == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"wait_for": "recovery", "pause_on_breach": "orders-sink"}, "only with wait_for='breach', not 'recovery'"),
+        ({"pause_on_breach": ["orders-sink", " "]}, "expected Kafka Connect connector names"),
+    ],
+)
+def test_pause_on_breach_is_checked_when_the_dag_file_is_parsed(arguments: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=f"pause_on_breach=.*{message}"):
+        ToleranceSensor(task_id="t", pipeline="p", max_error_rate=0.1, **arguments)
+
+
+def test_a_pause_that_cannot_be_asked_is_reported_not_raised_and_its_reason_is_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The breach event must go out even when Connect cannot be asked: the pause task downstream retries."""
+    from airflow_kerr.hooks.breach_pause import pause_on_breach
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CONNECT_AWAY",
+        '{"conn_type": "kafka_connect", "host": "127.0.0.1", "port": 9, "login": "ops", "password": "s3cret-pw"}',
+    )
+    done = pause_on_breach("connect_away", ["orders-sink", "payments-sink"])
+    assert set(done) == {"orders-sink", "payments-sink"}
+    for asked in done.values():
+        assert asked["asked_at_ms"] is None
+        assert "ConnectUnreachable" in asked["error"] and "could not connect" in asked["error"], asked
+        assert "s3cret-pw" not in asked["error"]
+    assert pause_on_breach("connect_away", []) == {}

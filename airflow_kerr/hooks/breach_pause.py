@@ -1,0 +1,57 @@
+"""Pause the downstream connectors the moment a breach is seen, before any DAG run exists.
+
+A breach seen by a watcher or a sensor used to reach Kafka Connect through Airflow: the
+asset event, a DAG run, a task process that parses the DAG file, then the REST call;
+seconds during which a flood of bad records kept reaching the sink. The code that sees
+the breach (``ToleranceTransitionStream`` on the triggerer, ``ToleranceSensor`` in its
+poke or its trigger) now asks Connect to pause first and says so in the event; the DAG's
+pause task then only follows up: it asks again (pausing is idempotent) and waits until
+every task reads PAUSED, retrying under Airflow's rules if this first ask failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_kerr.errors.masking import mask_text
+from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
+
+#: How long a rebalancing worker (409) is retried here: the breach event is not held back for longer;
+#: the DAG's pause task retries with its own, longer budget.
+REBALANCE_BUDGET_S = 2.0
+
+log = logging.getLogger(__name__)
+
+
+def pause_on_breach(kafka_connect_conn_id: str, connectors: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Ask Connect to pause each of ``connectors``; never raises: ``{name: {"asked_at_ms", "error"}}``.
+
+    ``asked_at_ms`` is when Connect accepted the request (202), ``error`` why it did not
+    (masked: a Connect URL may carry credentials), None when it did.
+    """
+    done: dict[str, dict[str, Any]] = {}
+    if not connectors:
+        return done
+    try:
+        with KafkaConnectHook(kafka_connect_conn_id, rebalance_retry_budget_s=REBALANCE_BUDGET_S) as hook:
+            for name in connectors:
+                done[name] = _pause_one(hook, name)
+    except Exception as error:  # the connection itself: missing, or not a kafka_connect one
+        problem = mask_text(f"{type(error).__name__}: {error}")
+        log.warning("could not pause %s on the breach: %s", list(connectors), problem)
+        done.update({name: {"asked_at_ms": None, "error": problem} for name in connectors if name not in done})
+    return done
+
+
+def _pause_one(hook: KafkaConnectHook, connector: str) -> dict[str, Any]:
+    try:
+        hook.pause(connector)
+    except Exception as error:
+        problem = mask_text(f"{type(error).__name__}: {error}")
+        log.warning("could not pause %s on the breach: %s", connector, problem)
+        return {"asked_at_ms": None, "error": problem}
+    log.info("breach: asked Kafka Connect to pause %s", connector)
+    return {"asked_at_ms": int(time.time() * 1000), "error": None}
