@@ -159,6 +159,8 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         self.progress_interval_s = progress_interval_s
         self.transaction_timeout_s = transaction_timeout_s
         self._engine: DlqReplay | None = None
+        #: What the OpenLineage facets report, set by ``execute``: bootstrap servers, topics and the summary.
+        self._lineage: dict[str, Any] | None = None
         if not any(is_templated(getattr(self, attribute)) for attribute in ATTRIBUTES.values()):
             self.options()
 
@@ -178,6 +180,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         except InvalidReplayOptions as error:
             self._fail(error)
         config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
+        self._lineage = {"servers": config.get("bootstrap.servers", ""), "options": options, "summary": None}
         self._engine = DlqReplay(
             config,
             options,
@@ -190,12 +193,31 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         except InvalidReplayOptions as error:  # a topic that does not exist: found before any record is read
             self._fail(error)
         self._log_summary(summary)
+        self._lineage["summary"] = summary.to_dict()
         if summary.status == "stopped":
             raise AirflowException(
                 f"replay of {options.dlq_topic} stopped on request after {summary.selected} selected records; "
                 f"the open transaction was aborted and the replay group is at {summary.committed_offsets}"
             )
         return summary.to_dict()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the DLQ topic in; the topics replayed to and the parking topic out, with the counts.
+
+        Called by Airflow's OpenLineage provider (the ``openlineage`` extra) after the run; a
+        run that ended before its summary reports its input only, a dry run no outputs.
+        """
+        if self._lineage is None:
+            return None
+        from airflow_kerr.operators.lineage import replay_lineage
+
+        options: ReplayOptions = self._lineage["options"]
+        return replay_lineage(
+            bootstrap_servers=self._lineage["servers"],
+            dlq_topic=options.dlq_topic,
+            parking_topic=options.parking_topic,
+            summary=self._lineage["summary"],
+        )
 
     def on_kill(self) -> None:
         """Stop gracefully: the engine aborts its open transaction and commits nothing more."""

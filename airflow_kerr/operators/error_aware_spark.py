@@ -123,6 +123,9 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
             cluster_of(kafka_config_id, asset_server)  # a bad server fails the parse, not the run
             self.outputs_alias = AssetAlias(name=f"kerr.{plain_name or self.task_id}.outputs")
             self.outlets = [*self.outlets, self.outputs_alias]
+        #: What the OpenLineage facets report, set by ``execute``: the rendered spec, the run id, the
+        #: bootstrap servers, the metrics summary and whether the job finished.
+        self._lineage: dict[str, Any] | None = None
         if self._deploy_mode == "cluster":
             raise ValueError(CLUSTER_MODE_MESSAGE.format(where="deploy_mode='cluster'"))
         if not is_templated(self.pipeline) and not is_templated(self.errors):
@@ -171,6 +174,7 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
             fail_on_invalid_settings(self.log, "pipeline settings", error.problems, str(error))
         run_id = self.run_id(context)
         started_ms = int(time.time() * 1000)
+        self._lineage = {"spec": spec, "run_id": run_id, "servers": kafka_config.get("bootstrap.servers", "")}
         with tempfile.TemporaryDirectory(prefix="kerr-job-") as workdir:
             spec_path = Path(workdir) / "pipeline.json"
             descriptor = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -188,9 +192,35 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
             self.log.warning("the job finished but its metrics record for run %s was not found", run_id)
         else:
             self.log.info("run metrics: %s", summary)
+        self._lineage.update(summary=summary, finished=True)
         if self.outputs_alias is not None:
             self.add_asset_events(context["outlet_events"], spec, run_id, summary)
         return summary
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the source topics in; the sink and the DLQ topic out, with the failed-record count.
+
+        Called by Airflow's OpenLineage provider (the ``openlineage`` extra) after the run, and
+        after a failed one too, which reports its inputs only. None before ``execute`` ran.
+        """
+        if self._lineage is None:
+            return None
+        from airflow_kerr.operators.lineage import job_lineage
+
+        spec: PipelineSpec = self._lineage["spec"]
+        config = spec.validate()
+        return job_lineage(
+            bootstrap_servers=self._lineage["servers"],
+            pipeline=spec.name,
+            run_id=self._lineage["run_id"],
+            source_topics=spec.source.topics,
+            sink_kind=spec.sink.kind,
+            sink_target=spec.sink.topic if spec.sink.kind == "kafka" else spec.sink.path,
+            dlq_topic=config.dlq_topic_name,
+            tolerance=config.tolerance.value,
+            summary=self._lineage.get("summary"),
+            finished=bool(self._lineage.get("finished")),
+        )
 
     def add_asset_events(
         self,
