@@ -120,3 +120,28 @@ def test_a_replay_that_ended_before_its_summary_reports_its_input_only() -> None
     lineage = replay_lineage(bootstrap_servers="b:9092", dlq_topic="d", parking_topic="d.parked", summary=None)
     assert [(d.namespace, d.name) for d in lineage.inputs] == [("kafka://b:9092", "d")]
     assert lineage.outputs == [] and lineage.run_facets == {}
+
+
+def test_the_openlineage_provider_stays_optional() -> None:
+    """Only ``operators/lineage.py`` imports OpenLineage, and the operators import it inside their lineage method."""
+    import ast
+    from pathlib import Path
+
+    package = Path(airflow_kerr.operators.__file__).resolve().parents[1]
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        top_level = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            for name in names:
+                where = f"{path.relative_to(package.parent)}:{getattr(node, 'lineno', 0)} imports {name}"
+                if name.startswith(("openlineage", "airflow.providers.openlineage")):
+                    assert path.name == "lineage.py" and path.parent.name == "operators", where
+                if name == "airflow_kerr.operators.lineage":
+                    assert id(node) not in top_level, f"{where} at module level"
