@@ -6,9 +6,9 @@ records failing over 5 minutes, once at least 100 were seen) fires once, however
 lasts. The watcher itself asks Kafka Connect to pause ``orders-sink`` the moment it sees
 the breach (``pause_on_breach`` in the shared settings), before this DAG's run exists:
 the run's ``pause_connector`` follows up, asking again and waiting until every task reads
-PAUSED, and retries if the watcher's ask failed. The alert goes out even if the pause fails, and only once per breach, also when
-the event repeats after a triggerer restart. It goes to the webhook whose URL the
-connection ``kerr_alert_webhook`` holds (an ``http`` connection whose host is the URL, or a
+PAUSED, and retries if the watcher's ask failed. The alert goes out even if the pause fails,
+and only once per breach, also when the event repeats after a triggerer restart. It goes
+to the webhook whose URL the connection ``kerr_alert_webhook`` holds (an ``http`` connection whose host is the URL, or a
 ``slack_webhook`` connection: Slack incoming-webhook compatible JSON), read when the alert
 is sent; without that connection the alert is in the task log, with a line naming the
 missing connection. The URL is a credential, so it is never written here.
