@@ -19,8 +19,8 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
-from airflow.sdk.exceptions import AirflowException
 
+from airflow_kerr.compat import AirflowException
 from airflow_kerr.connect.errors import ConnectInvalidResponse, error_class_for
 
 DEFAULT_PORT = 8083

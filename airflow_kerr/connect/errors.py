@@ -7,7 +7,7 @@ never parse it (its text differs by endpoint and by Connect version).
 
 from __future__ import annotations
 
-from airflow.sdk.exceptions import AirflowException
+from airflow_kerr.compat import AirflowException
 
 
 class KafkaConnectError(AirflowException):

@@ -25,9 +25,8 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_kerr.compat import AirflowException, AirflowFailException, conf
 from airflow_kerr.connect.errors import TRANSIENT_ERRORS, ConnectorStateTimeout, KafkaConnectError
 from airflow_kerr.connect.status import ConnectorTarget, StatusWatch, describe, failed_instances, first_line
 from airflow_kerr.hooks.kafka_connect import DEFAULT_REBALANCE_RETRY_BUDGET_S, KafkaConnectHook

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from airflow.sdk import BaseOperator, Context, Param
-from airflow.sdk.exceptions import AirflowException
 
+from airflow_kerr.compat import AirflowException
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.operators.settings_check import fail_on_invalid_settings
 from airflow_kerr.operators.templating import is_templated

@@ -13,10 +13,10 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import AssetAlias
-from airflow.sdk.exceptions import AirflowFailException
 
 import airflow_kerr
 from airflow_kerr.assets.kafka import cluster_of, topic_asset
+from airflow_kerr.compat import AirflowFailException
 from airflow_kerr.errors.config import show_value
 from airflow_kerr.errors.metrics import DLQ_PRODUCE_REQUESTS
 from airflow_kerr.hooks.kafka import KafkaClusterHook

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
-from airflow.sdk.exceptions import AirflowFailException
+from airflow_kerr.compat import AirflowFailException
 
 #: Each problem's log line starts with this, so a person (or a test) finds them in any log.
 PROBLEM_PREFIX = "invalid setting: "

@@ -6,9 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
-from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
+from airflow_kerr.compat import AirflowException, AirflowSensorTimeout, conf
 from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.kafka.dead_letters import (

@@ -7,9 +7,8 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
-from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
+from airflow_kerr.compat import AirflowException, AirflowSensorTimeout, conf
 from airflow_kerr.hooks.breach_pause import pause_on_breach
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook

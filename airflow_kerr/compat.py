@@ -1,0 +1,42 @@
+"""Names whose home moved between Airflow 3.1 and 3.3, imported from wherever this Airflow keeps them.
+
+The provider supports Airflow 3.1 and newer (``apache-airflow>=3.1``). Airflow 3.2 moved the
+exceptions a task raises and the configuration into the Task SDK (``airflow.sdk.exceptions``,
+``airflow.sdk.configuration``); Airflow 3.1 has them only in ``airflow.exceptions`` and
+``airflow.configuration``. Every module of ours imports them from here, so one place knows
+the difference. mypy checks against the newest Airflow, so it sees the ``airflow.sdk`` names.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow.sdk.configuration import conf
+    from airflow.sdk.exceptions import (
+        AirflowException,
+        AirflowFailException,
+        AirflowNotFoundException,
+        AirflowSensorTimeout,
+    )
+else:
+    try:
+        from airflow.sdk.exceptions import (
+            AirflowException,
+            AirflowFailException,
+            AirflowNotFoundException,
+            AirflowSensorTimeout,
+        )
+    except ImportError:  # Airflow 3.1
+        from airflow.exceptions import (
+            AirflowException,
+            AirflowFailException,
+            AirflowNotFoundException,
+            AirflowSensorTimeout,
+        )
+    try:
+        from airflow.sdk.configuration import conf
+    except ImportError:  # Airflow 3.1
+        from airflow.configuration import conf
+
+__all__ = ["AirflowException", "AirflowFailException", "AirflowNotFoundException", "AirflowSensorTimeout", "conf"]
