@@ -20,10 +20,9 @@ import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
-from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
 from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.hooks.kafka import KafkaClusterHook
@@ -35,6 +34,20 @@ MAX_RETRY_WAIT_S = 60.0
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
+else:
+    try:
+        from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
+    except ImportError:  # Airflow 3.1 and 3.2: no shared streams; WatchTrigger.run() serves the watch alone
+
+        class SharedStreamProducer:
+            """Stand-in base class where Airflow has no shared streams (before 3.3)."""
+
+
+#: Whether this Airflow's triggerer serves our watches from one shared stream in ack mode (Airflow 3.3+).
+HAS_SHARED_STREAMS = SharedStreamProducer.__module__ == "airflow.triggers.shared_stream"
 
 
 class CursorStream(SharedStreamProducer):
@@ -119,6 +132,12 @@ class CursorStream(SharedStreamProducer):
             await asyncio.to_thread(self._cursor.save, stored)
             self.saved = stored
 
+    def save_position(self) -> None:
+        """Save ``self.position`` (standalone mode, where no ack says when Airflow stored an event)."""
+        if self._cursor is not None and self.position != self.saved:
+            self._cursor.save(self.position)
+            self.saved = self.position
+
     async def aclose(self) -> None:
         if self._cursor is not None:
             await asyncio.to_thread(self._cursor.close)
@@ -163,9 +182,25 @@ class WatchTrigger(KwargsTrigger, BaseEventTrigger):
                 yield TriggerEvent(mask_secrets(event, by_key=False))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Not used: the triggerer runs these in its shared-stream manager, which alone says an event was stored."""
-        raise NotImplementedError(
-            f"{type(self).__name__} runs only in an AssetWatcher on Airflow's triggerer (shared-stream ack mode); "
-            "to wait inside a task, use DeadLetterQueueSensor or ToleranceSensor with deferrable=True"
-        )
-        yield  # pragma: no cover - makes this an async generator
+        """Serve the watch alone, where the triggerer has no shared streams (Airflow 3.1, 3.2).
+
+        On Airflow 3.3 the triggerer does not call this: it runs the shared stream in ack mode.
+        Here the events of one look are yielded (filtered by :meth:`fires_on` and masked as
+        :meth:`filter_shared_stream` does), and their position is saved when the generator is
+        resumed after the wait for the next look; see the module docstring for what a
+        triggerer crash can do in between.
+        """
+        _, kwargs = self.serialize()
+        stream = self.stream({name: kwargs[name] for name in self.stream_fields})
+        try:
+            await stream._until_it_works("open the watch", stream.open)
+            while True:
+                for event, position in await stream._until_it_works("read the watched topic", stream.observe):
+                    stream.position = position
+                    if self.fires_on(event):
+                        yield TriggerEvent(mask_secrets(event, by_key=False))
+                stream.looks += 1
+                await asyncio.sleep(stream.poll_interval)
+                await stream._until_it_works("save the watch's position", stream.save_position)
+        finally:
+            await stream.aclose()

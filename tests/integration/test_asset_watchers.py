@@ -10,11 +10,12 @@ unconfirmed. The same triggers run in a real triggerer in ``tests/ui/test_event_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from airflow.triggers.shared_stream import SharedStreamManager
@@ -269,13 +270,32 @@ def test_tolerance_asset_names_each_bad_setting_when_the_dag_is_parsed(kafka_con
         tolerance_asset(event="breached", pipeline="p", max_errors=1)
 
 
-def test_watch_triggers_say_they_need_an_asset_watcher_when_run_alone() -> None:
-    async def run_alone() -> None:
-        async for _ in DeadLetterQueueEventTrigger(topic="t").run():
-            pass
+def test_a_watch_run_alone_fires_and_saves_the_look_once_resumed_for_the_next(
+    kafka_config: dict[str, Any], kafka_connection: str, create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """Airflow 3.1/3.2 (no shared streams) call run(): a look's events fire, their position is saved a look later."""
+    dlq = create_topic(f"{unique_topic}.alone", 1)
+    trigger = DeadLetterQueueEventTrigger(topic=dlq, poll_interval=POLL_S)
 
-    with pytest.raises(NotImplementedError, match="runs only in an AssetWatcher"):
-        asyncio.run(run_alone())
+    async def scenario() -> tuple[dict[str, Any], bool, bool]:
+        events = cast(AsyncGenerator[Any, None], trigger.run())
+        first = asyncio.ensure_future(anext(events))
+        await until(lambda: bool(STREAMS) and STREAMS[-1].looks >= 1)
+        stream = STREAMS[-1]
+        write_dead_letters(kafka_config, dlq, 2, ValueError("alone"))
+        event = (await asyncio.wait_for(first, 60)).payload
+        saved_when_yielded = stream.saved == stream.position
+        resumed = asyncio.ensure_future(anext(events))  # the triggerer asks for more: the look is saved
+        await until(lambda: stream.saved == stream.position)
+        resumed.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await resumed
+        await events.aclose()
+        return event, saved_when_yielded, stream.saved == stream.position
+
+    event, saved_when_yielded, saved_after = asyncio.run(scenario())
+    assert event["count"] == 2
+    assert not saved_when_yielded and saved_after
 
 
 def test_a_watch_started_before_its_topic_exists_waits_for_it_and_then_fires(
