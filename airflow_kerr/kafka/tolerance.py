@@ -128,15 +128,20 @@ def metrics_window(
         start_ms,
         lambda r: r.get("scope") == "task" and r.get("pipeline") == pipeline and start_ms <= r.get("window_end_ms", 0),
     )
+    return metrics_reading(records, start_ms, now_ms)
+
+
+def metrics_reading(records: Sequence[dict[str, Any]], start_ms: int, end_ms: int) -> ToleranceReading:
+    """The reading over task metrics ``records`` already chosen for the window from ``start_ms`` to ``end_ms``."""
     records_in = errors = 0.0
-    for record, share in count_inputs_once(records):
+    for record, share in count_inputs_once(list(records)):
         records_in += share * int(record.get("records_in", 0))
         errors += share * int(record.get(TOTAL_RECORD_ERRORS, 0))
     return ToleranceReading(
         records_in=_nearest(records_in),
         errors=_nearest(errors),
         window_start_ms=start_ms,
-        window_end_ms=now_ms,
+        window_end_ms=end_ms,
         source="metrics",
     )
 
