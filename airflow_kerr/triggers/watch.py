@@ -22,7 +22,9 @@ import logging
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from airflow.sdk import BaseHook, Connection
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+from asgiref.sync import sync_to_async
 
 from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.hooks.kafka import KafkaClusterHook
@@ -65,6 +67,12 @@ class CursorStream(SharedStreamProducer):
         self.position = WatchPosition()
         self.saved = WatchPosition()
         self._cursor: WatchCursor | None = None
+        #: The connection, when read beforehand in the event loop (standalone mode, see WatchTrigger.run).
+        self.connection: Connection | None = None
+        #: Standalone mode (WatchTrigger.run): blocking calls run through asgiref's sync_to_async, so that a
+        #: call to Airflow's supervisor from them (a secret to mask) goes back through the triggerer's event
+        #: loop; Airflow 3.1's trigger runner breaks ("Response read out of order") on one from a bare thread.
+        self.standalone = False
         #: Looks that read the topic, and tries that failed: evidence that a quiet watch did look.
         self.looks = 0
         self.failures = 0
@@ -80,7 +88,8 @@ class CursorStream(SharedStreamProducer):
 
     def open(self) -> None:
         """Read the connection and the saved position; a first start saves where it starts, so nothing is missed."""
-        self.kafka_config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
+        hook = KafkaClusterHook(kafka_config_id=self.kafka_config_id, connection=self.connection)
+        self.kafka_config = hook.client_config()
         cursor = self.cursor()
         try:
             saved = cursor.load()
@@ -112,6 +121,8 @@ class CursorStream(SharedStreamProducer):
         wait = self.poll_interval
         while True:
             try:
+                if self.standalone:
+                    return await sync_to_async(call, thread_sensitive=False)()
                 return await asyncio.to_thread(call)
             except Exception as error:
                 self.failures += 1
@@ -192,7 +203,24 @@ class WatchTrigger(KwargsTrigger, BaseEventTrigger):
         """
         _, kwargs = self.serialize()
         stream = self.stream({name: kwargs[name] for name in self.stream_fields})
+        stream.standalone = True
         try:
+            # Read in the event loop: Airflow 3.1's trigger runner breaks on a lookup from a worker thread.
+            wait = stream.poll_interval
+            while stream.connection is None:
+                try:
+                    stream.connection = await BaseHook.aget_connection(stream.kafka_config_id)
+                except Exception as error:
+                    stream.failures += 1
+                    log.warning(
+                        "%s could not read connection %s, trying again in %.0f s: %s",
+                        type(self).__name__,
+                        stream.kafka_config_id,
+                        wait,
+                        mask_text(str(error)),
+                    )
+                    await asyncio.sleep(wait)
+                    wait = min(2 * wait, MAX_RETRY_WAIT_S)
             await stream._until_it_works("open the watch", stream.open)
             while True:
                 for event, position in await stream._until_it_works("read the watched topic", stream.observe):
