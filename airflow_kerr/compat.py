@@ -18,6 +18,8 @@ if TYPE_CHECKING:
         AirflowFailException,
         AirflowNotFoundException,
         AirflowSensorTimeout,
+        AirflowSkipException,
+        ParamValidationError,
     )
 else:
     try:
@@ -26,6 +28,8 @@ else:
             AirflowFailException,
             AirflowNotFoundException,
             AirflowSensorTimeout,
+            AirflowSkipException,
+            ParamValidationError,
         )
     except ImportError:  # Airflow 3.1
         from airflow.exceptions import (
@@ -33,10 +37,20 @@ else:
             AirflowFailException,
             AirflowNotFoundException,
             AirflowSensorTimeout,
+            AirflowSkipException,
+            ParamValidationError,
         )
     try:
         from airflow.sdk.configuration import conf
     except ImportError:  # Airflow 3.1
         from airflow.configuration import conf
 
-__all__ = ["AirflowException", "AirflowFailException", "AirflowNotFoundException", "AirflowSensorTimeout", "conf"]
+__all__ = [
+    "AirflowException",
+    "AirflowFailException",
+    "AirflowNotFoundException",
+    "AirflowSensorTimeout",
+    "AirflowSkipException",
+    "ParamValidationError",
+    "conf",
+]

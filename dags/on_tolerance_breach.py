@@ -29,10 +29,10 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import DAG, task
-from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_kerr.assets.events import alert_once_per_breach, event_payloads
 from airflow_kerr.assets.watched import tolerance_asset
+from airflow_kerr.compat import AirflowSkipException
 from airflow_kerr.examples.orders_tolerance import ORDERS_CONNECTOR, ORDERS_TOLERANCE
 from airflow_kerr.operators.connector_control import PauseConnectorOperator
 

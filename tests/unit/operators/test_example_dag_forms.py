@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from airflow.sdk.definitions.param import ParamsDict
-from airflow.sdk.exceptions import AirflowSkipException, ParamValidationError
 
+from airflow_kerr.compat import AirflowSkipException, ParamValidationError
 from airflow_kerr.replay.form import MIN_RECORDS_PER_SECOND
 
 DAGS = Path(__file__).resolve().parents[3] / "dags"

@@ -13,9 +13,9 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 from structlog.testing import capture_logs
 
+from airflow_kerr.compat import AirflowFailException
 from airflow_kerr.operators.dlq_replay import DeadLetterQueueReplayOperator
 from airflow_kerr.operators.error_aware_spark import ErrorAwareSparkSubmitOperator
 from airflow_kerr.operators.settings_check import PROBLEM_PREFIX, fail_on_invalid_settings
