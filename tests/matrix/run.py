@@ -56,8 +56,11 @@ raise SystemExit(1 if bad else 0)
 """
 
 DAGBAG = """
-from airflow.models.dagbag import DagBag
-bag = DagBag(dag_folder="dags", include_examples=False)
+try:
+    from airflow.dag_processing.dagbag import DagBag  # Airflow 3.3
+except ImportError:
+    from airflow.models.dagbag import DagBag
+bag = DagBag(dag_folder="dags")  # examples are off: AIRFLOW__CORE__LOAD_EXAMPLES=False
 print(f"{len(bag.dags)} DAGs, {len(bag.import_errors)} import errors")
 for path, error in bag.import_errors.items():
     print(path, error)
