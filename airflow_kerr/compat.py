@@ -9,9 +9,10 @@ the difference. mypy checks against the newest Airflow, so it sees the ``airflow
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airflow.dag_processing.dagbag import DagBag
     from airflow.sdk.configuration import conf
     from airflow.sdk.exceptions import (
         AirflowException,
@@ -45,12 +46,26 @@ else:
     except ImportError:  # Airflow 3.1
         from airflow.configuration import conf
 
+
+def __getattr__(name: str) -> Any:
+    """``DagBag`` on first use only (it pulls in Airflow's models): airflow.dag_processing from 3.2, models before."""
+    if name == "DagBag":
+        import importlib
+
+        try:
+            return importlib.import_module("airflow.dag_processing.dagbag").DagBag
+        except ImportError:  # Airflow 3.1
+            return importlib.import_module("airflow.models.dagbag").DagBag
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "AirflowException",
     "AirflowFailException",
     "AirflowNotFoundException",
     "AirflowSensorTimeout",
     "AirflowSkipException",
+    "DagBag",
     "ParamValidationError",
     "conf",
 ]

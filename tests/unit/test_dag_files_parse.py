@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 PARSE = r"""
 import json, sys
-from airflow.dag_processing.dagbag import DagBag
+from airflow_kerr.compat import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 print(json.dumps({"dags": sorted(bag.dag_ids), "errors": bag.import_errors}))
 """

@@ -22,7 +22,7 @@ def test_the_readme_opens_with_its_dag_file() -> None:
 
 
 def test_the_readme_dag_file_loads_in_a_dagbag(tmp_path: Path) -> None:
-    from airflow.dag_processing.dagbag import DagBag
+    from airflow_kerr.compat import DagBag
 
     dag_file = tmp_path / "readme_dag.py"
     dag_file.write_text(first_python_block(README.read_text()))
@@ -35,7 +35,7 @@ def test_the_readme_dag_file_loads_in_a_dagbag(tmp_path: Path) -> None:
 
 def test_the_readme_event_driven_dag_file_loads_in_a_dagbag(tmp_path: Path) -> None:
     """The complete event-driven DAG file under "Event-driven DAGs" (parsed with tests' kafka_default connection)."""
-    from airflow.dag_processing.dagbag import DagBag
+    from airflow_kerr.compat import DagBag
 
     section = README.read_text().split("## Event-driven DAGs", 1)[1]
     dag_file = tmp_path / "readme_event_dag.py"

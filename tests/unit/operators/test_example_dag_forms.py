@@ -72,7 +72,7 @@ def required_in_the_form(schema: dict[str, Any]) -> bool:
 @pytest.fixture(scope="module")
 def example_dags() -> dict[str, Any]:
     """The repo's dags/ parsed as Airflow parses them (the tests' kafka_default connection is set in conftest)."""
-    from airflow.dag_processing.dagbag import DagBag
+    from airflow_kerr.compat import DagBag
 
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
