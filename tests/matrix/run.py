@@ -37,8 +37,9 @@ EXTRAS = "spark,local,slack,openlineage,messaging"
 TOOLS = ["pytest>=8", "pytest-asyncio>=0.24", "pytest-timeout>=2.3", "hypothesis>=6.100", "pyyaml>=6"]
 #: Pins an Airflow release needs beyond its own metadata. Airflow 3.1.0 imports structlog.dev.Styles, which
 #: structlog 25.5 removed; Airflow's constraints file pins it, but that file is on GitHub, not PyPI.
-#: Airflow 3.2.2's dag-processor fails on pydantic 2.14 ("Model 'TITerminalStatePayload' needs a discriminator").
-PINS: dict[str, list[str]] = {"3.1.0": ["structlog<25.5"], "3.2.2": ["pydantic<2.14"]}
+#: (Airflow 3.2.2's dag-processor fails here with "Model 'TITerminalStatePayload' needs a discriminator" on
+#: pydantic 2.11, 2.13 and 2.14 alike: not a pin we found; the README's table says so.)
+PINS: dict[str, list[str]] = {"3.1.0": ["structlog<25.5"]}
 UNIT_MARKERS = "not spark and not connect"
 
 IMPORT_ALL = """
