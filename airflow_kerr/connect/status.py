@@ -15,6 +15,7 @@ Unknown fields (``version`` on newer workers) are ignored.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -42,7 +43,10 @@ class ConnectorTarget:
     ``task_ids`` limits the check to those tasks (a task restart); a STOPPED
     target is met only when the connector lists no tasks, since tasks are never
     STOPPED, and any other target only once tasks are listed: a connector resumed
-    from STOPPED reads RUNNING with no tasks until it has started them again.
+    from STOPPED reads RUNNING with no tasks until it has started them again, and
+    then lists them one by one as each starts. So where the caller also read the
+    connector's task configs (``GET /connectors/{c}/tasks``: every task it will run),
+    each of those must be listed too (see :attr:`needs_task_configs`).
     FAILED instances follow ``failed_connector`` / ``failed_tasks``.
     """
 
@@ -70,8 +74,13 @@ class ConnectorTarget:
         task_ids = data.get("task_ids")
         return cls(**{**data, "task_ids": tuple(task_ids) if task_ids is not None else None})
 
-    def evaluate(self, status: dict[str, Any]) -> Verdict:
-        """Whether ``status`` shows the target, and what is still awaited."""
+    @property
+    def needs_task_configs(self) -> bool:
+        """Whether "every task" must be known from the task configs: all tasks are checked, and some must run."""
+        return self.include_tasks and self.task_ids is None and self.state != "STOPPED"
+
+    def evaluate(self, status: dict[str, Any], configured_tasks: Sequence[int] | None = None) -> Verdict:
+        """Whether ``status`` shows the target, and what is still awaited; ``configured_tasks``: the configs' ids."""
         name = status.get("name", "?")
         waiting: list[str] = []
         given_up: list[str] = []
@@ -82,7 +91,7 @@ class ConnectorTarget:
             elif not (state == "FAILED" and self.failed_connector == "report"):
                 waiting.append(f"connector is {state}")
         if self.include_tasks:
-            task_waiting, task_given_up = self._check_tasks(status.get("tasks") or [])
+            task_waiting, task_given_up = self._check_tasks(status.get("tasks") or [], configured_tasks)
             waiting.extend(task_waiting)
             given_up.extend(f"task {task_id} of {name}" for task_id in task_given_up)
         fatal = None
@@ -95,13 +104,17 @@ class ConnectorTarget:
             fatal=fatal,
         )
 
-    def _check_tasks(self, tasks: list[dict[str, Any]]) -> tuple[list[str], list[Any]]:
+    def _check_tasks(
+        self, tasks: list[dict[str, Any]], configured: Sequence[int] | None
+    ) -> tuple[list[str], list[Any]]:
         """(what is still awaited, ids of FAILED tasks that ``failed_tasks="fail"`` gives up on)."""
         waiting: list[str] = []
         given_up: list[Any] = []
         listed = {int(task.get("id", -1)) for task in tasks}
         if not tasks and self.state != "STOPPED":
             waiting.append("no tasks listed yet")
+        elif configured is not None and self.needs_task_configs:
+            waiting.extend(f"task {task_id} is not listed yet" for task_id in configured if task_id not in listed)
         if self.task_ids is not None:
             tasks = [task for task in tasks if int(task.get("id", -1)) in self.task_ids]
             waiting.extend(f"task {task_id} is not listed" for task_id in self.task_ids if task_id not in listed)
@@ -134,7 +147,9 @@ class Poll:
         return self.waiting is None and self.fatal is None
 
 
-def check_poll(target: ConnectorTarget, reading: dict[str, Any] | KafkaConnectError) -> Poll:
+def check_poll(
+    target: ConnectorTarget, reading: dict[str, Any] | KafkaConnectError, configured_tasks: Sequence[int] | None = None
+) -> Poll:
     """Judge one poll: ``reading`` is the status body, or the transient error (``TRANSIENT_ERRORS``) met instead.
 
     A transient error (worker restarting, rebalancing, overloaded) is something
@@ -144,7 +159,7 @@ def check_poll(target: ConnectorTarget, reading: dict[str, Any] | KafkaConnectEr
         if not isinstance(reading, TRANSIENT_ERRORS):
             raise reading
         return Poll(status=None, waiting=f"status unavailable: {reading}")
-    verdict = target.evaluate(reading)
+    verdict = target.evaluate(reading, configured_tasks)
     if verdict.fatal:
         return Poll(status=reading, fatal=verdict.fatal)
     if not verdict.reached:
@@ -173,12 +188,20 @@ class StatusWatch:
         #: The last transient error of each connector since its last status, as its poll described it.
         self._last_error: dict[str, str] = {}
 
-    def record(self, name: str, reading: dict[str, Any] | KafkaConnectError) -> str | None:
+    def needs_task_configs(self, name: str) -> bool:
+        """Whether a poll of ``name`` should read its task configs too (:attr:`ConnectorTarget.needs_task_configs`)."""
+        return self.targets[name].needs_task_configs
+
+    def record(
+        self, name: str, reading: dict[str, Any] | KafkaConnectError, configured_tasks: Sequence[int] | None = None
+    ) -> str | None:
         """Judge one connector's poll; return the reason to give up (FAILED where not allowed), else None.
 
         Raises a non-transient ``KafkaConnectError`` given as ``reading`` (the connector is gone).
+        ``configured_tasks`` are the ids of its task configs, read before the status, when
+        :meth:`needs_task_configs` says so.
         """
-        poll = check_poll(self.targets[name], reading)
+        poll = check_poll(self.targets[name], reading, configured_tasks)
         if poll.status is not None:
             self.statuses[name] = poll.status
             self._last_error.pop(name, None)

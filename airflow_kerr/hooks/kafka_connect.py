@@ -274,6 +274,14 @@ class KafkaConnectHook(BaseHook):
         result: list[dict[str, Any]] = json_body(self.request("GET", connector_path(connector, "tasks")))
         return result
 
+    def get_task_ids(self, connector: str) -> list[int]:
+        """The ids of the connector's task configs: every task it runs (none while STOPPED)."""
+        return [int(task["id"]["task"]) for task in self.get_tasks(connector)]
+
+    async def aget_task_ids(self, connector: str) -> list[int]:
+        tasks: list[dict[str, Any]] = json_body(await self.arequest("GET", connector_path(connector, "tasks")))
+        return [int(task["id"]["task"]) for task in tasks]
+
     def pause(self, connector: str) -> None:
         """``PUT /connectors/{c}/pause`` (202): asynchronous and idempotent; poll the status to see it."""
         self.request("PUT", connector_path(connector, "pause"))

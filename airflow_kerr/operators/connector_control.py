@@ -175,11 +175,14 @@ class BaseConnectorControlOperator(BaseOperator):
         """Read every connector's status once into ``watch``; True when all meet their targets."""
         for name in watch.targets:
             reading: dict[str, Any] | KafkaConnectError
+            configured: list[int] | None = None
             try:
+                # The task configs first: a status read after them lists every task they name once all started.
+                configured = hook.get_task_ids(name) if watch.needs_task_configs(name) else None
                 reading = hook.get_status(name)
             except TRANSIENT_ERRORS as exc:
                 reading = exc
-            fatal = watch.record(name, reading)
+            fatal = watch.record(name, reading, configured)
             if fatal:
                 raise AirflowException(f"{self.action} of {name}: {fatal}")
         return not watch.pending

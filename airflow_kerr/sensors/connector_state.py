@@ -67,14 +67,17 @@ class ConnectorStateSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
         reading: dict[str, Any] | KafkaConnectError
+        configured: list[int] | None = None
+        if self._watch is None:
+            self._watch = StatusWatch({self.connector: self.target})
         try:
+            if self._watch.needs_task_configs(self.connector):  # first: see StatusWatch.record
+                configured = self._connect_hook().get_task_ids(self.connector)
             reading = self._connect_hook().get_status(self.connector)
         except TRANSIENT_ERRORS as exc:
             # The worker may be restarting or rebalancing: keep poking until the timeout, as the trigger does.
             reading = exc
-        if self._watch is None:
-            self._watch = StatusWatch({self.connector: self.target})
-        fatal = self._watch.record(self.connector, reading)
+        fatal = self._watch.record(self.connector, reading, configured)
         if fatal:
             raise AirflowException(mask_text(f"{self.connector}: {fatal}"))
         if not self._watch.pending:

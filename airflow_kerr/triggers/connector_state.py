@@ -56,12 +56,15 @@ class ConnectorStateTrigger(PollingTrigger):
     async def poll(self) -> dict[str, Any] | None:
         for name in self._watch.targets:
             reading: dict[str, Any] | KafkaConnectError
+            configured: list[int] | None = None
             try:
+                if self._watch.needs_task_configs(name):  # first: see StatusWatch.record
+                    configured = await self._hook.aget_task_ids(name)
                 reading = await self._hook.aget_status(name)
             except TRANSIENT_ERRORS as exc:
                 # The worker may be restarting or rebalancing: keep polling until the deadline.
                 reading = exc
-            fatal = self._watch.record(name, reading)
+            fatal = self._watch.record(name, reading, configured)
             if fatal:
                 return {"status": "error", "message": fatal, "statuses": self._watch.statuses}
         if self._watch.pending:

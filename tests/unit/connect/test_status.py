@@ -147,3 +147,16 @@ def test_describe_and_first_line() -> None:
     assert describe(status("STOPPED")) == "connector STOPPED; tasks none"
     assert first_line("org.Ex: boom\n\tat a.b") == "org.Ex: boom"
     assert first_line("") == "(no trace)"
+
+
+def test_a_connector_resumed_from_stopped_is_running_only_once_every_configured_task_is_listed() -> None:
+    """Connect lists a resumed connector's tasks one by one as each starts: one RUNNING task of two is not done."""
+    target = ConnectorTarget("RUNNING")
+    one_of_two = {"name": "sink", "connector": {"state": "RUNNING"}, "tasks": [{"id": 0, "state": "RUNNING"}]}
+    verdict = target.evaluate(one_of_two, configured_tasks=[0, 1])
+    assert not verdict.reached and verdict.waiting_on == ("task 1 is not listed yet",)
+    both = {**one_of_two, "tasks": [{"id": 0, "state": "RUNNING"}, {"id": 1, "state": "RUNNING"}]}
+    assert target.evaluate(both, configured_tasks=[0, 1]).reached
+    assert target.evaluate(one_of_two).reached, "without the configs a listed task is all there is to judge"
+    assert not ConnectorTarget("STOPPED").needs_task_configs
+    assert not ConnectorTarget("RUNNING", task_ids=(1,)).needs_task_configs
