@@ -26,6 +26,14 @@ REBALANCE_BUDGET_S = 2.0
 log = logging.getLogger(__name__)
 
 
+def connectors_to_pause(pause_on_breach: str | Sequence[str]) -> tuple[list[str], list[str]]:
+    """The connector names of a ``pause_on_breach`` argument (one name or several), and what is wrong with it."""
+    names = [pause_on_breach] if isinstance(pause_on_breach, str) else list(pause_on_breach)
+    if any(not isinstance(name, str) or not name.strip() for name in names):
+        return names, [f"pause_on_breach={pause_on_breach!r}: expected Kafka Connect connector names"]
+    return names, []
+
+
 def pause_on_breach(kafka_connect_conn_id: str, connectors: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Ask Connect to pause each of ``connectors``; never raises: ``{name: {"asked_at_ms", "error"}}``.
 

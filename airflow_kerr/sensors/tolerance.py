@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
 from airflow_kerr.compat import AirflowException, AirflowSensorTimeout, conf
-from airflow_kerr.hooks.breach_pause import pause_on_breach
+from airflow_kerr.hooks.breach_pause import connectors_to_pause, pause_on_breach
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.tolerance import ToleranceWatch, reading_with_limits, seconds, watch_problems
@@ -75,9 +75,8 @@ class ToleranceSensor(BaseSensorOperator):
             source_topics=source_topics,
             group_id=group_id,
         )
-        pause = [pause_on_breach] if isinstance(pause_on_breach, str) else list(pause_on_breach)
-        if any(not isinstance(name, str) or not name.strip() for name in pause):
-            problems.append(f"pause_on_breach={pause_on_breach!r}: expected Kafka Connect connector names")
+        pause, pause_problems = connectors_to_pause(pause_on_breach)
+        problems += pause_problems
         if pause and wait_for != "breach":
             problems.append(f"pause_on_breach={pause_on_breach!r}: only with wait_for='breach', not {wait_for!r}")
         if problems:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_kerr.hooks.breach_pause import pause_on_breach
+from airflow_kerr.hooks.breach_pause import connectors_to_pause, pause_on_breach
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.dead_letters import alert_sample
 from airflow_kerr.kafka.tolerance import ToleranceWatch, reading_with_limits, watch_problems
@@ -130,9 +130,8 @@ class ToleranceEventTrigger(WatchTrigger):
         problems = watch_problems(wait_for="breach", window=watch["window_ms"] / 1000, **settings)
         fire = [fire_on] if isinstance(fire_on, str) else list(fire_on)
         problems += [f"fire_on={name!r}: expected {' or '.join(FIRE_ON)}" for name in fire if name not in FIRE_ON]
-        pause = [pause_on_breach] if isinstance(pause_on_breach, str) else list(pause_on_breach)
-        if any(not isinstance(name, str) or not name.strip() for name in pause):
-            problems.append(f"pause_on_breach={pause_on_breach!r}: expected Kafka Connect connector names")
+        pause, pause_problems = connectors_to_pause(pause_on_breach)
+        problems += pause_problems
         if problems:
             raise ValueError("invalid ToleranceEventTrigger arguments:\n  - " + "\n  - ".join(problems))
         self.watch = dict(watch)
