@@ -246,17 +246,18 @@ def task_log(stack: Stack, run_id: str, try_number: int) -> list[dict[str, Any]]
     return [line for line in response.json().get("content", []) if isinstance(line, dict) and line.get("timestamp")]
 
 
+def between(moments: dict[str, float | None], start: str, end: str) -> float | None:
+    """Seconds from moment ``start`` to moment ``end``; None when either is unknown."""
+    a, b = moments[start], moments[end]
+    return None if a is None or b is None else b - a
+
+
 def critical_path(moments: dict[str, float | None]) -> dict[str, float | None]:
     """The three stages from the breach record to PAUSED, the same on both paths."""
-
-    def span(start: str, end: str) -> float | None:
-        a, b = moments[start], moments[end]
-        return None if a is None or b is None else b - a
-
     return {
-        "breach_to_reading": span("breach_written", "watcher_reading"),
-        "reading_to_pause_asked": span("watcher_reading", "pause_asked"),
-        "pause_asked_to_paused": span("pause_asked", "connector_paused"),
+        "breach_to_reading": between(moments, "breach_written", "watcher_reading"),
+        "reading_to_pause_asked": between(moments, "watcher_reading", "pause_asked"),
+        "pause_asked_to_paused": between(moments, "pause_asked", "connector_paused"),
     }
 
 
@@ -326,8 +327,7 @@ def breakdown(stack: Stack, asset_id: int, t0_s: float, paused_s: float, tasks_p
     }
 
     def span(start: str, end: str) -> float | None:
-        a, b = moments[start], moments[end]
-        return None if a is None or b is None else b - a
+        return between(moments, start, end)
 
     stages = critical_path(moments)
     follow_up = {
