@@ -1,10 +1,12 @@
 """Names whose home moved between Airflow 3.1 and 3.3, imported from wherever this Airflow keeps them.
 
-The provider supports Airflow 3.1 and newer (``apache-airflow>=3.1``). Airflow 3.2 moved the
-exceptions a task raises and the configuration into the Task SDK (``airflow.sdk.exceptions``,
-``airflow.sdk.configuration``); Airflow 3.1 has them only in ``airflow.exceptions`` and
-``airflow.configuration``. Every module of ours imports them from here, so one place knows
-the difference. mypy checks against the newest Airflow, so it sees the ``airflow.sdk`` names.
+The declared floor is Airflow 3.2.2 (``make matrix`` proves it), which keeps all of these in
+the Task SDK (``airflow.sdk.exceptions``, ``airflow.sdk.configuration``) and ``DagBag`` in
+``airflow.dag_processing``. Airflow 3.1 has them only in ``airflow.exceptions``,
+``airflow.configuration`` and ``airflow.models``: the fallbacks below serve only a matrix run
+on 3.1 (``--versions 3.1.8`` with the floor lowered), which falls short inside Airflow for other
+reasons (README, "Supported Airflow versions"). Every module of ours imports these names from
+here, so one place knows the difference. mypy checks against the newest Airflow, so it sees the ``airflow.sdk`` names.
 """
 
 from __future__ import annotations
