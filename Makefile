@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # The browser test drives Debian's chromium, never a browser Playwright downloads.
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test unit lint matrix check-java check-chromium connect-runtime install clean ui
+.PHONY: demo test unit lint docs matrix check-java check-chromium connect-runtime install clean ui
 
 $(PY):
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required, found " + sys.version.split()[0])'
@@ -39,9 +39,16 @@ check-chromium:
 	@test -x $(CHROMIUM) || { echo "apt-get install chromium did not provide $(CHROMIUM)" >&2; exit 1; }
 
 lint: install
-	$(VENV)/bin/ruff check airflow_kerr dags tests benchmarks
-	$(VENV)/bin/ruff format --check airflow_kerr dags tests benchmarks
+	$(VENV)/bin/ruff check airflow_kerr dags tests benchmarks docs
+	$(VENV)/bin/ruff format --check airflow_kerr dags tests benchmarks docs
 	$(VENV)/bin/mypy
+
+# The documentation site (docs/, Sphinx + MyST, reference from the docstrings) into docs/_build/html;
+# any warning fails the build. tests/unit/test_docs.py builds it the same way.
+DOCS_ARGS ?=
+docs: install
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html $(DOCS_ARGS) docs docs/_build/html
+	@echo "The site: docs/_build/html/index.html"
 
 # The whole suite runs in two sessions at once: lint then tests/unit and tests/package (about 4
 # minutes: the unit tests are CPU-bound, the wheel test mostly waits on pip installing Airflow from PyPI into
