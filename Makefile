@@ -84,7 +84,7 @@ unit: install
 # Prove the floor: per Airflow version (the floor, newest 3.2, newest 3.3) its own uv virtualenv under
 # .kerr/matrix/ (cached), every module imported, tests/unit, a DagBag of dags/ and one real scheduler +
 # triggerer event-driven run; a per-version table at the end. MATRIX_ARGS="--versions 3.2.2 --steps unit".
-# MATRIX_CI is make test's other line: the floor, 3.2.2 (pyproject.toml; README, Supported Airflow versions).
+# MATRIX_CI is make test's other line: the floor, 3.2.2 (pyproject.toml; docs/guides/upgrading.md).
 MATRIX_CI ?= 3.2.2
 MATRIX_ARGS ?=
 matrix: install

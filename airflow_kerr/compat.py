@@ -5,7 +5,7 @@ the Task SDK (``airflow.sdk.exceptions``, ``airflow.sdk.configuration``) and ``D
 ``airflow.dag_processing``. Airflow 3.1 has them only in ``airflow.exceptions``,
 ``airflow.configuration`` and ``airflow.models``: the fallbacks below serve only a matrix run
 on 3.1 (``--versions 3.1.8`` with the floor lowered), which falls short inside Airflow for other
-reasons (README, "Supported Airflow versions"). Every module of ours imports these names from
+reasons (docs/guides/upgrading.md, "Supported Airflow versions"). Every module of ours imports these names from
 here, so one place knows the difference. mypy checks against the newest Airflow, so it sees the ``airflow.sdk`` names.
 """
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 # autodoc imports the provider, which imports Airflow: keep Airflow's files out of ~/airflow.
 os.environ.setdefault("AIRFLOW_HOME", str(ROOT / "docs" / "_build" / "airflow-home"))
 
@@ -23,6 +24,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
+    "kerr_tables",  # docs/_ext: tables generated from the code (the replay's settings)
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "snippets/README.md"]

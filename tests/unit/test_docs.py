@@ -194,3 +194,13 @@ def test_contributing_names_every_room_of_the_package() -> None:
     rooms += [p.name for p in (REPO / "airflow_kerr").glob("*.py") if p.name != "__init__.py"]
     missing = [room for room in sorted(rooms) if not re.search(rf"^\s+{re.escape(room)}\s", layout, re.MULTILINE)]
     assert not missing, f"CONTRIBUTING.md's layout lacks: {missing}"
+
+
+def test_the_errors_reference_lists_every_key_with_its_default() -> None:
+    """The table in the error-aware job's guide has one row per errors.* key the code accepts, default as the code's."""
+    from airflow_kerr.errors.config import ErrorHandlingConfig
+
+    page = (DOCS / "guides" / "error-aware-job.md").read_text()
+    rows = dict(re.findall(r"^\| `(errors\.[a-z.]+)` \| `([^`]*)` \|", page, re.MULTILINE))
+    defaults = {key: value or '""' for key, value in ErrorHandlingConfig().to_properties().items()}
+    assert rows == defaults, "docs/guides/error-aware-job.md's errors.* table differs from the code's keys or defaults"
