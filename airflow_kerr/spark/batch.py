@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Final
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
@@ -59,6 +61,7 @@ __all__ = [
 VALUE_FIELD_PREFIX: Final = "value."
 # The JSON reader's unit of work: a batch is parsed as one block (a value never spans two blocks).
 _MIN_BLOCK_BYTES: Final = 1 << 16
+_NEWLINE: Final = ord("\n")
 
 BatchFunction = Callable[[pa.RecordBatch], pa.RecordBatch]
 
@@ -235,6 +238,7 @@ class VectorizedJsonConverter:
         self.runner = runner
         self.batch_runner = batch_runner
         self.check = _fast_json_check()
+        self.check_or_null = partial(_unless_null, self.check)
         self.sieve_first = False
 
     def convert(
@@ -253,7 +257,7 @@ class VectorizedJsonConverter:
             else:
                 return self.exact_only(column, raw, rows, source_record)
         values = raw.to_pylist()
-        suspects = failing_items(self.check, values)
+        suspects = failing_items(self.check if raw.null_count == 0 else self.check_or_null, values)
         self.sieve_first = bool(suspects)
         if suspects:
             # The per-record converter decides what a suspect is: malformed values fail here exactly as they
@@ -268,10 +272,10 @@ class VectorizedJsonConverter:
             raw = raw.take(pa.array(keep, pa.int64()))
             rows = [rows[i] for i in keep]
         batch = pa.RecordBatch.from_arrays([raw], ["raw"])
-        position = {row: i for i, row in enumerate(rows)}
+        parsed_rows = rows
         decoded, rows = self.batch_runner.run(self.stage, SchemaLockedParse(), batch, rows, source_record)
-        if len(rows) != len(position):
-            raw = raw.take(pa.array([position[row] for row in rows], pa.int64()))
+        if len(rows) != len(parsed_rows):
+            raw = raw.take(positions_of(parsed_rows, rows))
         return self.exact_only(decoded.column("value"), raw, rows, source_record)
 
     def exact_only(
@@ -279,10 +283,11 @@ class VectorizedJsonConverter:
     ) -> tuple[pa.Array, list[int]]:
         """``column`` without the values it does not hold exactly; those fail with :class:`InexactJsonNumber`.
 
-        Only a double field can lose an integer, and only one of 16 digits or more, so other
-        batches cost one look at their type, and the rest one regex pass over their bytes.
+        Only a double field can lose an integer, and only one beyond 2**53, which it then reads
+        as a double of at least that magnitude. So a batch whose doubles are all smaller costs
+        one look at their largest; only the rest pay a regex pass over their bytes.
         """
-        if not _holds_floats(column.type):
+        if not _holds_large_floats(column):
             return column, rows
         suspects = pc.indices_nonzero(pc.fill_null(pc.match_substring_regex(raw, _LONG_INTEGER), False))
         problems: dict[int, str] = {}
@@ -317,16 +322,20 @@ def _refuse_inexact(problem: str) -> None:
 #: An integer a double may not hold exactly: 2**53 has 16 digits. A longer run of digits in a string matches too,
 #: and is then found exact by :func:`_inexact`.
 _LONG_INTEGER: Final = "[0-9]{16}"
+#: Every integer up to this magnitude is a double exactly.
+_EXACT_DOUBLE_INTEGERS: Final = 2.0**53
 
 
-def _holds_floats(kind: pa.DataType) -> bool:
-    """Whether a column of this type has a floating-point field anywhere (in structs and lists too)."""
+def _holds_large_floats(column: pa.Array) -> bool:
+    """Whether a floating-point field anywhere in ``column`` (in structs and lists too) reaches 2**53 in magnitude."""
+    kind = column.type
     if pa.types.is_floating(kind):
-        return True
+        largest = pc.max(pc.abs(column)).as_py()
+        return largest is not None and not largest < _EXACT_DOUBLE_INTEGERS
     if pa.types.is_struct(kind):
-        return any(_holds_floats(kind.field(i).type) for i in range(kind.num_fields))
+        return any(_holds_large_floats(column.field(i)) for i in range(kind.num_fields))
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        return _holds_floats(kind.value_type)
+        return _holds_large_floats(column.flatten())
     return False
 
 
@@ -381,25 +390,70 @@ def parse_json_column(raw: pa.Array, value_type: pa.DataType | None = None) -> p
     count = len(raw)
     if count == 0:
         return pa.nulls(0)
+    objects = _parse_json_objects(raw, value_type)
+    if objects is not None:
+        return objects
     numbers = pa.array(range(count), pa.int64())
     prefixes = pc.binary_join_element_wise(
         pa.scalar(b'{"r":'), pc.cast(pc.cast(numbers, pa.string()), pa.binary()), pa.scalar(b',"v":'), b""
     )
     texts = pc.cast(raw, pa.binary()).fill_null(b"null")
     lines = pc.binary_join_element_wise(prefixes, texts, pa.scalar(b"}"), b"")
-    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, count], pa.int32()), lines), b"\n")
-    buffer = joined[0].as_buffer()
-    options = pa_json.ReadOptions(use_threads=False, block_size=max(_MIN_BLOCK_BYTES, buffer.size + 1))
-    parse = None
-    if value_type is not None:
-        schema = pa.schema([("r", pa.int64()), ("v", value_type)])
-        parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
-    table = pa_json.read_json(pa.BufferReader(buffer), read_options=options, parse_options=parse)
+    schema = None if value_type is None else pa.schema([("r", pa.int64()), ("v", value_type)])
+    table = _read_json_lines(_joined(lines), schema)
     if table.num_rows != count or not table.column("r").combine_chunks().equals(numbers):
         raise pa.ArrowInvalid(f"JSON values did not parse one per record: {table.num_rows} rows for {count} values")
     if "v" not in table.column_names:
         return pa.nulls(count)
     return table.column("v").combine_chunks()
+
+
+def _parse_json_objects(raw: pa.Array, value_type: pa.DataType | None) -> pa.Array | None:
+    """The common case in one parse of the values as they are, or None when only the wrapped parse can say.
+
+    Wrapping each value as ``{"r": <row>, "v": <value>}`` guards against a truncated value
+    swallowing the next line, and costs about as much as the parse itself. It is not needed
+    when no value holds a newline: a joined text with exactly ``n - 1`` newlines can only
+    break where the values meet, so line ``i`` is value ``i``, and ``n`` rows back means
+    every line held one object. Nulls, values that are not objects, and any parse failure
+    are left to the wrapped parse, which names the failure.
+    """
+    count = len(raw)
+    if raw.null_count or (value_type is not None and not pa.types.is_struct(value_type)):
+        return None
+    text = _joined(pc.cast(raw, pa.binary()))
+    if int(np.count_nonzero(np.frombuffer(text, np.uint8) == _NEWLINE)) != count - 1:
+        return None
+    schema = None if value_type is None else pa.schema(list(value_type))
+    try:
+        table = _read_json_lines(text, schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    if table.num_rows != count or table.num_columns == 0:
+        return None
+    return pa.StructArray.from_arrays([column.combine_chunks() for column in table.columns], fields=list(table.schema))
+
+
+def _joined(lines: pa.Array) -> pa.Buffer:
+    """The values of a binary column as one newline-separated text, joined in Arrow."""
+    whole = pa.ListArray.from_arrays(pa.array([0, len(lines)], pa.int32()), lines)
+    return pc.binary_join(whole, b"\n")[0].as_buffer()
+
+
+def _read_json_lines(text: pa.Buffer, schema: pa.Schema | None) -> pa.Table:
+    """One pyarrow JSON read of ``text`` as a single block, one thread (the task already has a core)."""
+    options = pa_json.ReadOptions(use_threads=False, block_size=max(_MIN_BLOCK_BYTES, text.size + 1))
+    parse = None if schema is None else pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+    return pa_json.read_json(pa.BufferReader(text), read_options=options, parse_options=parse)
+
+
+def positions_of(rows: Sequence[int], subset: Sequence[int]) -> pa.Array:
+    """Where each of ``subset`` sits in ``rows``, as an Arrow index; both ascending, ``subset`` within ``rows``.
+
+    Rows only ever leave a batch, in order, so a binary search finds them: one numpy call
+    where a dict of the batch's rows cost more than the stage it served.
+    """
+    return pa.array(np.searchsorted(np.asarray(rows, np.int64), np.asarray(subset, np.int64)))
 
 
 def failing_items(check: Callable[[Any], Any], items: list[Any]) -> list[int]:
@@ -409,14 +463,25 @@ def failing_items(check: Callable[[Any], Any], items: list[Any]) -> list[int]:
     return failing
 
 
+def _unless_null(check: Callable[[Any], Any], raw: Any) -> Any:
+    """A null value is a null record, never a failure."""
+    return None if raw is None else check(raw)
+
+
 def _fast_json_check() -> Callable[[Any], Any]:
-    """msgspec's JSON decoder (about 8x faster than ``json.loads``) when installed, else the per-record decoder."""
+    """A check that raises for a value that is not one JSON document, about 20x faster than ``json.loads``.
+
+    msgspec's decoder into ``msgspec.Raw`` validates the whole text (syntax, escapes,
+    UTF-8, trailing data) without building a Python object, which costs three times as
+    much and is not needed here: pyarrow builds the values. Without msgspec (a bare Spark
+    executor) the per-record decoder checks.
+    """
     try:
         import msgspec
     except ImportError:  # pragma: no cover - msgspec comes with Airflow; a bare Spark executor may lack it
         return decode_json
-    decode = msgspec.json.Decoder().decode
-    return lambda raw: None if raw is None else decode(raw)
+    decode: Callable[[Any], Any] = msgspec.json.Decoder(msgspec.Raw).decode
+    return decode
 
 
 def decode_string_column(

@@ -319,13 +319,15 @@ class VectorizedStages:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        from airflow_kerr.spark.batch import positions_of
+
         processor = self.processor
         source = columns.source_record
         rows = list(range(batch.num_rows))
         keys, key_rows = self.convert(processor.key_converter, batch.column("key"), rows, source)
         values, rows = self.convert(processor.value_converter, batch.column("value"), key_rows, source)
         if len(rows) != len(key_rows):
-            keys = keys.take(_positions(key_rows, rows))
+            keys = keys.take(positions_of(key_rows, rows))
         coordinates = batch.select(["topic", "partition", "offset", "timestamp"])
         if len(rows) != batch.num_rows:
             coordinates = coordinates.take(pa.array(rows, pa.int64()))
@@ -354,6 +356,8 @@ class VectorizedStages:
         """Hand the surviving records to the sink (the TASK_PUT stage, record by record); return how many it took."""
         import pyarrow as pa
 
+        from airflow_kerr.spark.batch import positions_of
+
         processor = self.processor
         work, rows = decoded.work, decoded.rows
         sink = processor.sink
@@ -365,14 +369,16 @@ class VectorizedStages:
             return len(done)
         converted_keys, converted_values = decoded.converted_keys, decoded.converted_values
         if rows != decoded.converted_rows:
-            positions = _positions(decoded.converted_rows, rows)
+            positions = positions_of(decoded.converted_rows, rows)
             converted_keys, converted_values = converted_keys.take(positions), converted_values.take(positions)
         taken = pa.array(rows, pa.int64())
         raw = columns.batch
         written_keys = _to_write(work.column("key"), converted_keys, raw.column("key"), taken)
         written_values = _to_write(work.column("value"), converted_values, raw.column("value"), taken)
-        pairs = list(zip(written_keys, written_values, strict=True))
-        done, _ = processor.runner.run(processor.put_stage, sink.put_encoded, pairs, rows, columns.source_record)
+        pairs = list(zip(written_values, written_keys, strict=True))
+        done, _ = processor.runner.run(
+            processor.put_stage, sink.put_encoded, pairs, rows, columns.source_record, fast=sink.produce_value_key
+        )
         return len(done)
 
     def convert(self, converter: Converter, raw: Any, rows: list[int], source: Any) -> tuple[Any, list[int]]:
@@ -390,14 +396,6 @@ class VectorizedStages:
             return vectorized.decode_string_column(raw, rows, converter.stage, runner, source)
         converted, kept = runner.run(converter.stage, converter.fn, raw.to_pylist(), rows, source)
         return pa.array(converted), kept
-
-
-def _positions(rows: list[int], subset: list[int]) -> Any:
-    """Where each of ``subset`` (rows kept by a later stage, in order) sits in ``rows``, as an Arrow index."""
-    import pyarrow as pa
-
-    position = {row: index for index, row in enumerate(rows)}
-    return pa.array([position[row] for row in subset], pa.int64())
 
 
 def _to_write(column: Any, converted: Any, raw: Any, taken: Any) -> list[Any]:
@@ -444,9 +442,10 @@ class BatchColumns:
     @cached_property
     def timestamps(self) -> list[int | None]:
         import pyarrow as pa
+        import pyarrow.compute as pc
 
-        micros = self.batch.column("timestamp").cast(pa.int64()).to_pylist()
-        return [None if ts is None else ts // 1000 for ts in micros]
+        # Kafka timestamps are epoch milliseconds >= 0, so Arrow's truncating division is Python's //.
+        return pc.divide(self.batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
 
     @cached_property
     def headers(self) -> list[list[tuple[str, bytes | None]]]:
@@ -467,8 +466,13 @@ class BatchColumns:
         pairs = list(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
         return column.offsets.to_pylist(), pairs
 
+    @cached_property
+    def timestamp_types(self) -> list[int]:
+        return self.batch.column("timestamp_type").to_pylist()
+
     def source_record(self, row: int) -> SourceRecord:
-        kind = int(self.batch.column("timestamp_type")[row].as_py())
+        """The record as Connect's error context and DLQ record see it; built only for a record that failed."""
+        kind = self.timestamp_types[row]
         timestamp = self.timestamps[row]
         return SourceRecord(
             topic=self.topics[row],

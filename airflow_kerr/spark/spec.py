@@ -60,7 +60,7 @@ class SourceSpec:
     starting_offsets: str = "group"
     starting_timestamp_ms: int | None = None
     format: str = "kerr_kafka"
-    max_records_per_partition: int = 200_000
+    max_records_per_partition: int = 2_000_000
 
 
 @dataclass

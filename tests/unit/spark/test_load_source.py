@@ -75,9 +75,9 @@ def kerr_kafka_partitions(spark: Any, spec: PipelineSpec, ranges: list[OffsetRan
 
 @pytest.mark.spark
 def test_kerr_kafka_honours_a_max_records_per_partition_above_the_reader_default(spark: Any) -> None:
-    spec = make_spec("kerr_kafka", max_records_per_partition=1_000_000)
+    spec = make_spec("kerr_kafka", max_records_per_partition=5_000_000)
 
-    assert kerr_kafka_partitions(spark, spec, [OffsetRange("orders", 0, 0, 1_000_000)]) == 2
+    assert kerr_kafka_partitions(spark, spec, [OffsetRange("orders", 0, 0, 5_000_000)]) == 2
 
 
 @pytest.mark.spark
