@@ -189,9 +189,23 @@ def warm_up(spark: Any, config: dict[str, Any], records: int) -> None:
         real_job(spark, config, topic, f"{topic}.{mode}", f"{mode}-{topic}", transformation)
 
 
+def sink_topic(topic: str, mode: str, attempt: int) -> str:
+    return f"{topic}.{mode}.{attempt}"
+
+
+def drop_sink(config: dict[str, Any], topic: str, mode: str, attempt: int) -> None:
+    """Delete a run's sink topic once it is timed: 60 runs of up to 1,000,000 records grew noida-db to 14 GB,
+
+    and it died in the middle of a run (every client then saw "Connection refused").
+    """
+    from raw_ceiling import delete_topic
+
+    delete_topic(config, sink_topic(topic, mode, attempt))
+
+
 def run_mode(spark: Any, config: dict[str, Any], mode: str, topic: str, attempt: int) -> int:
     """One timed run of ``mode`` over ``topic``; returns the records it wrote."""
-    sink = f"{topic}.{mode}.{attempt}"
+    sink = sink_topic(topic, mode, attempt)
     if mode == "copy":
         from raw_ceiling import copy, create_topic
 
@@ -267,6 +281,7 @@ def main() -> int:
                         written = run_mode(spark, config, mode, topic, attempt)
                         seconds = time.perf_counter() - started
                         others = meter.foreign_cores(before, meter.sample())
+                        drop_sink(config, topic, mode, attempt)
                         runs.append(
                             {
                                 "mode": mode,
@@ -368,12 +383,14 @@ def write_results(results: list[dict[str, Any]], profile: dict[str, Any], broker
     figure, axes = plt.subplots(1, len(counts) + 1, figsize=(6 * len(counts) + 5, 4.5), squeeze=False)
     for axis, count in zip(axes[0], counts, strict=False):
         rows = [r for r in results if r["records"] == count]
-        modes = list(rows[0]["records_per_s"])
+        modes = [mode for mode in MODES if any(mode in r["records_per_s"] for r in rows)]
         width = 0.8 / len(modes)
+        missing = {"median": 0.0, "min": 0.0, "max": 0.0}  # a mode a partial run did not time
         for index, mode in enumerate(modes):
-            medians = [r["records_per_s"][mode]["median"] for r in rows]
-            low = [m - r["records_per_s"][mode]["min"] for m, r in zip(medians, rows, strict=True)]
-            high = [r["records_per_s"][mode]["max"] - m for m, r in zip(medians, rows, strict=True)]
+            rates = [r["records_per_s"].get(mode, missing) for r in rows]
+            medians = [rate["median"] for rate in rates]
+            low = [m - rate["min"] for m, rate in zip(medians, rates, strict=True)]
+            high = [rate["max"] - m for m, rate in zip(medians, rates, strict=True)]
             positions = [p + (index - (len(modes) - 1) / 2) * width for p in range(len(rows))]
             axis.bar(positions, medians, width, yerr=[low, high], capsize=3, label=mode.replace("_", "-"))
         for p, r in enumerate(rows):
