@@ -4,7 +4,6 @@
 # Spark, confluent-kafka or any other room of ours: this package runs on Spark executors.
 
 from airflow_kerr.errors.config import (
-    MASK,
     RATE_DURATIONS_MS,
     SPARK_CONF_PREFIX,
     ConfigProblem,
@@ -12,8 +11,6 @@ from airflow_kerr.errors.config import (
     HeaderFormat,
     InvalidErrorsConfig,
     ToleranceType,
-    is_sensitive_key,
-    mask_credentials,
 )
 from airflow_kerr.errors.context import NOT_CONVERTED, ErrorContext, TaskId
 from airflow_kerr.errors.dead_letter import (
@@ -38,7 +35,7 @@ from airflow_kerr.errors.exceptions import (
     format_stacktrace,
     is_retriable,
 )
-from airflow_kerr.errors.masking import mask_secrets, mask_text
+from airflow_kerr.errors.masking import MASK, is_sensitive_key, mask_credentials, mask_secrets, mask_text
 from airflow_kerr.errors.metrics import CONNECT_METRIC_NAMES, ErrorMetrics
 from airflow_kerr.errors.record import Header, SourceRecord, TimestampType
 from airflow_kerr.errors.reporters import DeadLetterQueueReporter, ErrorReporter, LogReporter, SendFn

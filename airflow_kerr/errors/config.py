@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-# The masking rule lives in errors.masking; MASK and is_sensitive_key are re-exported for their users here.
+# The masking rule lives in errors.masking; MASK, is_sensitive_key and mask_credentials are re-exported for
+# their users here (errors.context and spark.spec import them from this module).
 from airflow_kerr.errors.masking import MASK as MASK
 from airflow_kerr.errors.masking import is_sensitive_key as is_sensitive_key
-from airflow_kerr.errors.masking import mask_secrets
+from airflow_kerr.errors.masking import mask_credentials as mask_credentials
 
 SPARK_CONF_PREFIX = "spark.kerr."
 
@@ -493,15 +494,3 @@ class ErrorHandlingConfig:
                 )
             )
         return problems
-
-
-def mask_credentials(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``config`` with credential values replaced by ``[hidden]``.
-
-    The one rule of :mod:`airflow_kerr.errors.masking`: nested mappings are masked too, also
-    inside lists (a list of client configs), and credentials inside string values (a URL's
-    password, a PEM, ``password="…"`` in a JAAS line) are hidden, so a credential is hidden
-    however deep the configuration holds it.
-    """
-    masked: dict[str, Any] = mask_secrets(config)
-    return masked

@@ -1,6 +1,7 @@
 """The one masking rule: what is hidden wherever text leaves the process.
 
-Every exit uses :func:`mask_secrets` (or :func:`mask_text` for one string): the DLQ
+Every exit uses :func:`mask_secrets` (or :func:`mask_text` for one string, :func:`mask_named`
+for a named one such as a record header, :func:`mask_credentials` for a configuration): the DLQ
 view's responses, the sensors' XComs, the triggers' and watchers' event payloads, the
 breach notifier's message, the error context a failed record carries, and the log lines
 we write with exception text. Two rules make it up:
@@ -199,3 +200,27 @@ def mask_secrets(value: Any, *, by_key: bool = True) -> Any:
     if isinstance(value, list | tuple):
         return [mask_secrets(item, by_key=by_key) for item in value]
     return value
+
+
+def mask_named(name: str, text: str | None) -> str | None:
+    """A named text (a record header, a setting) as it may be shown: hidden whole under a sensitive name.
+
+    A header named like a credential (``sasl.password``) is hidden whatever it holds, even
+    unset; any other header's text goes through :func:`mask_text`, since a trace or a
+    message header may quote a secret too.
+    """
+    if is_sensitive_key(name):
+        return MASK
+    return None if text is None else mask_text(text)
+
+
+def mask_credentials(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` with credential values replaced by ``[hidden]``.
+
+    :func:`mask_secrets` for a configuration: nested mappings are masked too, also inside
+    lists (a list of client configs), and credentials inside string values (a URL's
+    password, a PEM, ``password="…"`` in a JAAS line) are hidden, so a credential is hidden
+    however deep the configuration holds it.
+    """
+    masked: dict[str, Any] = mask_secrets(config)
+    return masked
