@@ -1,6 +1,6 @@
 """Keep a chunked scan's consumer between chunks, so the next chunk goes on where the last one stopped.
 
-The DLQ view counts a topic in chunks (:func:`airflow_kerr.kafka.dead_letter_inspection.summarize`):
+The DLQ view counts a topic in chunks (:func:`airflow_kerr.inspection.summary.summarize`):
 each HTTP call reads for about a second and returns a cursor. Opening a new consumer per
 chunk costs a metadata and assign round trip on any broker, and on the embedded noida-db
 much more: it ignores ``fetch.max.bytes`` and answers a fetch with every record from the
@@ -140,6 +140,6 @@ def _close_all(consumers: list[Closable]) -> None:
             consumer.close()
 
 
-#: The process-wide cache :func:`~airflow_kerr.kafka.dead_letter_inspection.summarize` uses.
+#: The process-wide cache :func:`~airflow_kerr.inspection.summary.summarize` uses.
 SCAN_CONSUMERS = ScanConsumers()
 atexit.register(SCAN_CONSUMERS.close_all)

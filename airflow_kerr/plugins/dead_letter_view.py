@@ -14,7 +14,7 @@ given to. A request the view cannot serve because of what it asks for (an unknow
 non-Kafka connection, a bad topic, selection or cursor) is answered with a 4xx naming the
 parameter, its value and what is accepted, never with a 5xx.
 
-What the routes read comes from :mod:`airflow_kerr.kafka.dead_letter_inspection`: headers
+What the routes read comes from :mod:`airflow_kerr.inspection`: headers
 rather than a consumer group's position, a bounded amount per request, nothing ever
 committed. The page adds the summary's chunks up itself, so the first figures show
 within a second and say they are a sample until the count is complete.
@@ -50,15 +50,12 @@ from fastapi.staticfiles import StaticFiles
 
 from airflow_kerr.errors.dead_letter import is_topic_name, shown
 from airflow_kerr.errors.masking import mask_secrets, mask_text
-from airflow_kerr.kafka.dead_letter_inspection import (
-    InvalidSelection,
-    Selection,
-    TopicNotFound,
-    list_dead_letter_queues,
-    sample_dead_letters,
-    summarize,
-    unread_for_group,
-)
+from airflow_kerr.inspection.backlog import unread_for_group
+from airflow_kerr.inspection.consumers import TopicNotFound
+from airflow_kerr.inspection.discovery import list_dead_letter_queues
+from airflow_kerr.inspection.samples import sample_dead_letters
+from airflow_kerr.inspection.selection import InvalidSelection, ViewSelection
+from airflow_kerr.inspection.summary import summarize
 from airflow_kerr.kafka.offsets import OffsetLookupError
 from airflow_kerr.replay.form import CONNECTION, REPLAY_FORM
 
@@ -175,9 +172,9 @@ def _shown(answer: dict[str, Any]) -> dict[str, Any]:
     return masked
 
 
-def _selection(request: Request) -> Selection:
+def _selection(request: Request) -> ViewSelection:
     try:
-        return Selection.from_query({key: request.query_params.get(key) for key in SELECTION_KEYS})
+        return ViewSelection.from_query({key: request.query_params.get(key) for key in SELECTION_KEYS})
     except InvalidSelection as error:
         raise HTTPException(400, str(error)) from None
 

@@ -21,17 +21,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from airflow_kerr.errors import MASK, SourceRecord, Stage
-from airflow_kerr.kafka import dead_letter_inspection as inspection
-from airflow_kerr.kafka.dead_letter_inspection import (
-    NONE_KEY,
-    InvalidSelection,
-    Selection,
-    TopicNotFound,
-    list_dead_letter_queues,
-    sample_dead_letters,
-    summarize,
-    unread_for_group,
-)
+from airflow_kerr.inspection.backlog import unread_for_group
+from airflow_kerr.inspection.consumers import SCRATCH_GROUP, TopicNotFound
+from airflow_kerr.inspection.discovery import list_dead_letter_queues
+from airflow_kerr.inspection.samples import sample_dead_letters
+from airflow_kerr.inspection.selection import NONE_KEY, InvalidSelection, ViewSelection
+from airflow_kerr.inspection.summary import DeadLetterSummaryChunk, summarize
 from airflow_kerr.kafka.offsets import group_offsets
 from airflow_kerr.local.dead_letters import Failure, write_dead_letters
 
@@ -102,10 +97,8 @@ def dlq(kafka_bootstrap: str) -> Iterator[Dlq]:
     yield Dlq(topic, config, tuple(written for _, written in pairs), (T0 - 5000,))
 
 
-def _chunks(
-    dlq: Dlq, selection: Selection | None = None, max_records: int = 70
-) -> list[inspection.DeadLetterSummaryChunk]:
-    selection = selection or Selection()
+def _chunks(dlq: Dlq, selection: ViewSelection | None = None, max_records: int = 70) -> list[DeadLetterSummaryChunk]:
+    selection = selection or ViewSelection()
     chunks = [summarize(dlq.config, dlq.topic, selection=selection, max_records=max_records, max_seconds=10.0)]
     while not chunks[-1].complete:
         assert len(chunks) < 50
@@ -122,7 +115,7 @@ def _chunks(
     return chunks
 
 
-def _added(chunks: list[inspection.DeadLetterSummaryChunk]) -> tuple[dict[str, Counter[str]], Counter[str], int, int]:
+def _added(chunks: list[DeadLetterSummaryChunk]) -> tuple[dict[str, Counter[str]], Counter[str], int, int]:
     counts: dict[str, Counter[str]] = {}
     timeline: Counter[str] = Counter()
     for chunk in chunks:
@@ -157,7 +150,7 @@ def test_chunked_summary_adds_up_to_what_was_written(dlq: Dlq) -> None:
 def test_a_selection_filters_counts_and_samples(dlq: Dlq) -> None:
     """Choosing one class, stage and time window shows only those failures, in counts and in examples alike."""
     start, end = T0 + 30_000, T0 + 150_000
-    selection = Selection.from_query(
+    selection = ViewSelection.from_query(
         {"exception_class": "KeyError", "stage": "value_converter", "start": str(start), "end": str(end)}
     )
     expected = [
@@ -278,7 +271,7 @@ def test_looking_moves_no_group_and_commits_nothing(dlq: Dlq) -> None:
     sample_dead_letters(config, dlq.topic, limit=1000)
     unread_for_group(config, dlq.topic, group)
     assert group_offsets(dlq.config, group, partitions) == before == {partitions[0]: 7, partitions[2]: 1}
-    assert group_offsets(dlq.config, inspection.SCRATCH_GROUP, partitions) == {}
+    assert group_offsets(dlq.config, SCRATCH_GROUP, partitions) == {}
     groups_after = {g.group_id for g in admin.list_consumer_groups().result(30).valid}
     assert groups_after - groups_before <= {group}
     assert not any(g.startswith("kerr-dlq-view-") for g in groups_after)
@@ -307,7 +300,7 @@ def test_bad_cursor_and_missing_topic_are_told_apart(dlq: Dlq) -> None:
     with pytest.raises(InvalidSelection, match=r"^cursor="):
         summarize(dlq.config, dlq.topic, cursor=first.cursor[:-6])
     with pytest.raises(InvalidSelection, match="another selection"):
-        summarize(dlq.config, dlq.topic, cursor=first.cursor, selection=Selection(exception_class="KeyError"))
+        summarize(dlq.config, dlq.topic, cursor=first.cursor, selection=ViewSelection(exception_class="KeyError"))
     missing = f"missing-{uuid.uuid4().hex[:8]}"
     for read in (summarize, sample_dead_letters):
         with pytest.raises(TopicNotFound, match=missing):

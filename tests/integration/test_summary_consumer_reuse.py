@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from airflow_kerr.errors import SourceRecord, Stage
-from airflow_kerr.kafka import dead_letter_inspection as inspection
-from airflow_kerr.kafka.dead_letter_inspection import DeadLetterSummaryChunk, summarize
+from airflow_kerr.inspection import summary
+from airflow_kerr.inspection.summary import DeadLetterSummaryChunk, summarize
 from airflow_kerr.kafka.scan_consumers import SCAN_CONSUMERS
 from airflow_kerr.local.dead_letters import Failure, write_dead_letters
 
@@ -44,16 +44,16 @@ def dlq(kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_t
 
 @pytest.fixture
 def opened(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Every consumer the inspection code creates, in order."""
+    """Every consumer the summary creates, in order."""
     made: list[object] = []
-    original = inspection._consumer
+    original = summary.scratch_consumer
 
     def counting(kafka_config: Any) -> Any:
         consumer = original(kafka_config)
         made.append(consumer)
         return consumer
 
-    monkeypatch.setattr(inspection, "_consumer", counting)
+    monkeypatch.setattr(summary, "scratch_consumer", counting)
     return made
 
 

@@ -1,8 +1,8 @@
 """The rooms' import rules: arrows point inward, parsed from the source with ``ast`` (nothing is imported).
 
 - ``errors/`` imports nothing of ours outside ``errors/``;
-- ``spark/``, ``kafka/``, ``replay/``, ``errors/``, ``examples/`` and ``callables`` run where Airflow
-  is not installed: they import no ``airflow``, and of ours only each other;
+- ``spark/``, ``kafka/``, ``inspection/``, ``replay/``, ``errors/``, ``examples/`` and ``callables``
+  run where Airflow is not installed: they import no ``airflow``, and of ours only each other;
 - nothing but ``operators/`` and ``task_groups/`` (and the DAGs) imports ``operators/``;
 - ``local/`` (the development stack) is imported by nothing in the package but ``local/``, and no
   ``local/`` server imports the CLI;
@@ -25,7 +25,7 @@ import airflow_kerr
 PACKAGE = Path(airflow_kerr.__file__).resolve().parent
 ROOT = "airflow_kerr"
 #: Rooms whose code runs on Spark executors or in plain Python: no Airflow, and of ours only each other.
-PURE_ROOMS = frozenset({"errors", "spark", "kafka", "replay", "examples", "callables"})
+PURE_ROOMS = frozenset({"errors", "spark", "kafka", "inspection", "replay", "examples", "callables"})
 
 
 @dataclass(frozen=True)
@@ -100,10 +100,10 @@ RULES: dict[str, Callable[[Import], bool]] = {
     "errors/ imports nothing of ours outside errors/": lambda i: (
         i.room == "errors" and i.target_room is not None and i.target_room != "errors"
     ),
-    "spark/, kafka/, replay/, errors/, examples/ and callables import no airflow": lambda i: (
+    "spark/, kafka/, inspection/, replay/, errors/, examples/ and callables import no airflow": lambda i: (
         i.room in PURE_ROOMS and is_airflow(i.name)
     ),
-    "spark/, kafka/, replay/, errors/, examples/ and callables import of ours only each other": lambda i: (
+    "spark/, kafka/, inspection/, replay/, errors/, examples/ and callables import of ours only each other": lambda i: (
         i.room in PURE_ROOMS and i.target_room is not None and i.target_room not in PURE_ROOMS | {""}
     ),
     "nothing but operators/ and task_groups/ imports operators/": lambda i: (
@@ -149,6 +149,7 @@ BAD_MODULES = {
     "errors/bad.py": "from airflow_kerr.kafka.offsets import end_offsets\n",
     "replay/bad.py": "def later():\n    from airflow.sdk import BaseOperator\n",
     "kafka/bad.py": "import airflow_kerr.hooks.kafka\n",
+    "inspection/bad.py": "from airflow.sdk import Connection\n",
     "sensors/bad.py": "from airflow_kerr.operators import dlq_replay\n",
     "hooks/bad.py": "from ..local.broker import free_port\n",
     "local/bad.py": "from airflow_kerr.local.cli import main\n",

@@ -1,0 +1,266 @@
+"""The resumable summary: a DLQ counted by exception class, stage, source topic, pipeline and over time, in chunks.
+
+A DLQ can hold millions of records and a page must answer in about a second, so the
+count reads headers only (the fast path of :mod:`airflow_kerr.inspection.fields`), a
+bounded chunk per call, and hands back a :class:`~airflow_kerr.inspection.cursor.ScanCursor`
+to go on from; the page adds the chunks up until ``complete``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from airflow_kerr.errors.config import LONG_MAX
+from airflow_kerr.errors.header_reader import plain_connect_of
+from airflow_kerr.inspection.consumers import (
+    LOOKUP_TIMEOUT_S,
+    SCAN_BATCH,
+    first_records,
+    offset_ranges,
+    scratch_consumer,
+    timestamp_of,
+)
+from airflow_kerr.inspection.cursor import ScanCursor, choose_bucket_ms
+from airflow_kerr.inspection.fields import CONNECT, header_text, raw_fields, stage_text
+from airflow_kerr.inspection.selection import EVERYTHING, NONE_KEY, TEXT_KEYS, ViewSelection
+from airflow_kerr.kafka.scan_consumers import SCAN_CONSUMERS, scan_key
+
+
+@dataclass(frozen=True)
+class DeadLetterSummaryChunk:
+    """One bounded chunk of a summary: figures for the records of this call only (a delta).
+
+    The caller adds ``matched``, ``malformed``, ``counts`` and ``timeline`` of successive
+    chunks up; ``total``, ``bucket_ms``, ``oldest_ms`` and ``newest_ms`` are fixed by the
+    first chunk and ``position`` is cumulative. ``counts`` keys a missing value as ``(none)``;
+    the timeline leaves out records without a timestamp (its keys are bucket starts, epoch ms
+    as text, of the DLQ record's timestamp).
+    """
+
+    topic: str
+    total: int
+    read: int
+    position: int
+    complete: bool
+    cursor: str | None
+    bucket_ms: int
+    oldest_ms: int | None
+    newest_ms: int | None
+    matched: int
+    malformed: int
+    counts: Mapping[str, Mapping[str, int]]
+    timeline: Mapping[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "total": self.total,
+            "read": self.read,
+            "position": self.position,
+            "complete": self.complete,
+            "cursor": self.cursor,
+            "bucket_ms": self.bucket_ms,
+            "oldest_ms": self.oldest_ms,
+            "newest_ms": self.newest_ms,
+            "matched": self.matched,
+            "malformed": self.malformed,
+            "counts": {name: dict(values) for name, values in self.counts.items()},
+            "timeline": dict(self.timeline),
+        }
+
+
+def _start_scan(kafka_config: Mapping[str, Any], topic: str, selection: ViewSelection) -> ScanCursor:
+    """Fix a new scan's range (begin → end offsets now) and its bucket width, from the edge records' timestamps."""
+    consumer = scratch_consumer(kafka_config)
+    try:
+        ranges = offset_ranges(consumer, topic)
+        deadline = time.monotonic() + LOOKUP_TIMEOUT_S
+        firsts = first_records(
+            consumer,
+            {(topic, p): low for p, (low, _) in ranges.items()},
+            {(topic, p): h for p, (_, h) in ranges.items()},
+            deadline,
+        )
+        lasts = first_records(
+            consumer,
+            {(topic, p): max(low, high - 1) for p, (low, high) in ranges.items()},
+            {(topic, p): h for p, (_, h) in ranges.items()},
+            deadline,
+        )
+    finally:
+        consumer.close()
+    stamps = [ts for m in (*firsts.values(), *lasts.values()) if (ts := timestamp_of(m)) is not None]
+    oldest = min(stamps) if stamps else None
+    newest = max(stamps) if stamps else None
+    low_ms = oldest if selection.start_ms is None or oldest is None else max(oldest, selection.start_ms)
+    high_ms = newest if selection.end_ms is None or newest is None else min(newest, selection.end_ms - 1)
+    return ScanCursor(
+        topic=topic,
+        selection=selection.fingerprint(),
+        bucket_ms=choose_bucket_ms(low_ms, high_ms),
+        oldest_ms=oldest,
+        newest_ms=newest,
+        total=sum(high - low for low, high in ranges.values()),
+        position=0,
+        partitions={p: (low, high) for p, (low, high) in ranges.items()},
+    )
+
+
+def summarize(
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    *,
+    selection: ViewSelection = EVERYTHING,
+    cursor: str | None = None,
+    max_records: int = 200_000,
+    max_seconds: float = 1.0,
+) -> DeadLetterSummaryChunk:
+    """Count the next chunk of the DLQ, reading forward through headers only (values are never decoded).
+
+    The first call (``cursor`` None) fixes the scan: each partition's range from its first to
+    its end offset as they are now (records written later are not counted), and the timeline's
+    bucket width (:func:`choose_bucket_ms` over the oldest and newest record timestamps, read
+    from the partitions' first and last records, within the selection's time bounds). Each
+    call reads until ``max_records`` or ``max_seconds``, whichever comes first, and returns a
+    ``cursor`` to pass back with the same selection (``None`` once complete). The figures are
+    this chunk's only: the caller adds chunks up. A cursor from another topic or selection,
+    or not from here, raises :class:`InvalidSelection` naming ``cursor``.
+
+    Reads are ``read_committed`` unless ``kafka_config`` says otherwise, so an aborted
+    record is neither read nor counted, and a partition with a transaction still open
+    cannot complete before it ends.
+    """
+    started = time.monotonic()
+    scan = (
+        _start_scan(kafka_config, topic, selection) if cursor is None else ScanCursor.decode(cursor, topic, selection)
+    )
+    nexts = {p: nxt for p, (nxt, end) in scan.partitions.items()}
+    ends = {p: end for p, (_, end) in scan.partitions.items()}
+    todo = {p for p in nexts if nexts[p] < ends[p]}
+    bucket = scan.bucket_ms
+    start_ms, end_ms = selection.start_ms, selection.end_ms
+    by_time = start_ms is not None or end_ms is not None
+    low_ms = -1 if start_ms is None else start_ms
+    high_ms = LONG_MAX if end_ms is None else end_ms
+    tally: dict[tuple[Any, ...], int] = {}
+    read = malformed = 0
+    if todo and max_records > 0:
+        # A consumer kept from the previous chunk of this scan stands at ``nexts`` already
+        # (see :mod:`~airflow_kerr.kafka.scan_consumers`); a miss assigns a new one there.
+        consumer = SCAN_CONSUMERS.take(scan_key(kafka_config, topic, scan.selection, scan.partitions))
+        keep = False
+        try:
+            if consumer is None:
+                consumer = scratch_consumer(kafka_config)
+                consumer.assign([TopicPartition(topic, p, nexts[p]) for p in sorted(todo)])
+            deadline = started + max_seconds
+            while todo and read < max_records:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                wanted = min(SCAN_BATCH, max_records - read, sum(ends[p] - nexts[p] for p in todo))
+                messages: list[Any] = consumer.consume(wanted, min(left, 0.1))
+                for message in messages:
+                    if message.error() is not None:
+                        continue
+                    partition = message.partition()
+                    offset = message.offset()
+                    if partition not in todo:
+                        continue
+                    end = ends[partition]
+                    if offset >= end:  # written after the scan began: the range is done
+                        nexts[partition] = end
+                        todo.discard(partition)
+                        continue
+                    offset += 1
+                    nexts[partition] = offset
+                    if offset >= end:
+                        todo.discard(partition)
+                    read += 1
+                    headers = message.headers()
+                    fast = plain_connect_of(headers)  # a plain Connect dead letter: no parse, as raw_fields does
+                    if fast is None:
+                        exception_class, stage, source_topic, pipeline, header_set, bad = raw_fields(headers)
+                        if bad:
+                            malformed += 1
+                    else:
+                        source_topic, stage, exception_class, pipeline, _ = fast
+                        header_set = CONNECT
+                    kind, stamp = message.timestamp()
+                    if kind == 0 or stamp < 0:
+                        if by_time:
+                            continue
+                        slot = None
+                    else:
+                        if by_time and not low_ms <= stamp < high_ms:
+                            continue
+                        slot = stamp - stamp % bucket
+                    key = (exception_class, stage, source_topic, pipeline, header_set, slot)
+                    try:
+                        tally[key] += 1
+                    except KeyError:  # the first of its kind: a scan meets few
+                        tally[key] = 1
+                if not messages and todo:
+                    for reached in consumer.position([TopicPartition(topic, p) for p in todo]):
+                        if reached.offset >= 0 and reached.offset > nexts[reached.partition]:
+                            nexts[reached.partition] = min(reached.offset, ends[reached.partition])
+                        if nexts[reached.partition] >= ends[reached.partition]:
+                            todo.discard(reached.partition)
+            keep = bool(todo)
+        finally:
+            if keep and consumer is not None:
+                following_partitions = {p: (nexts[p], ends[p]) for p in nexts}
+                SCAN_CONSUMERS.put(scan_key(kafka_config, topic, scan.selection, following_partitions), consumer)
+            elif consumer is not None:
+                consumer.close()
+    counts: dict[str, Counter[str]] = {name: Counter() for name in TEXT_KEYS}
+    timeline: Counter[str] = Counter()
+    matched = 0
+    for (exception_class, stage, source_topic, pipeline, header_set, slot), n in tally.items():
+        values = (
+            header_text(exception_class),
+            stage_text(stage),
+            header_text(source_topic),
+            header_text(pipeline),
+            header_set,
+        )
+        if selection.by_values and not selection.matches_values(*values):
+            continue
+        matched += n
+        for name, value in zip(TEXT_KEYS, values, strict=True):
+            counts[name][NONE_KEY if value is None else value] += n
+        if slot is not None:
+            timeline[str(slot)] += n
+    position = scan.position + read
+    complete = all(nexts[p] >= ends[p] for p in nexts)
+    following = ScanCursor(
+        topic=topic,
+        selection=scan.selection,
+        bucket_ms=bucket,
+        oldest_ms=scan.oldest_ms,
+        newest_ms=scan.newest_ms,
+        total=scan.total,
+        position=position,
+        partitions={p: (nexts[p], ends[p]) for p in nexts},
+    )
+    return DeadLetterSummaryChunk(
+        topic=topic,
+        total=scan.total,
+        read=read,
+        position=position,
+        complete=complete,
+        cursor=None if complete else following.encode(),
+        bucket_ms=bucket,
+        oldest_ms=scan.oldest_ms,
+        newest_ms=scan.newest_ms,
+        matched=matched,
+        malformed=malformed,
+        counts={name: dict(values.most_common()) for name, values in counts.items()},
+        timeline=dict(sorted(timeline.items(), key=lambda item: int(item[0]))),
+    )

@@ -1,0 +1,106 @@
+"""The DLQ view's selection, read from a page's query, and the time rules it shares with the replay's."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from airflow_kerr.errors import parse_dead_letter
+from airflow_kerr.inspection.selection import NONE_KEY, InvalidSelection, ViewSelection, epoch_ms, in_window, parse_time
+from tests.unit.inspection.connect_records import connect_headers
+
+
+def test_empty_query_selects_everything() -> None:
+    """A page opened without filters shows every dead letter."""
+    selection = ViewSelection.from_query({"exception_class": "", "stage": None, "start": "  ", "cursor": "x"})
+    assert selection == ViewSelection()
+    letter = parse_dead_letter(connect_headers(), b"k", b"v")
+    assert selection.matches(letter, 5)
+    assert selection.to_dict() == dict.fromkeys(
+        ("exception_class", "stage", "source_topic", "pipeline", "start_ms", "end_ms", "header_set")
+    )
+
+
+def test_query_values_are_read_and_times_accept_epoch_ms_and_iso() -> None:
+    """A user can type a time as epoch milliseconds or as an ISO time, and a stage in lower case."""
+    selection = ViewSelection.from_query(
+        {
+            "exception_class": " ValueError ",
+            "stage": "transformation",
+            "source_topic": "orders",
+            "pipeline": "orders_pipeline",
+            "start": "2026-11-23T10:00:00Z",
+            "end_ms": "1795500000000",
+        }
+    )
+    assert selection.exception_class == "ValueError"
+    assert selection.stage == "TRANSFORMATION"
+    assert selection.start_ms == 1_795_428_000_000
+    assert selection.end_ms == 1_795_500_000_000
+    assert ViewSelection.from_query({"start": "2026-11-23T10:00:00"}).start_ms == 1_795_428_000_000  # naive = UTC
+    assert ViewSelection.from_query({"start": "2026-11-23T11:00:00+01:00"}).start_ms == 1_795_428_000_000
+
+
+def test_every_bad_value_is_named_with_what_is_accepted() -> None:
+    """A wrong filter gets one line per mistake naming the key, the value given and what works."""
+    with pytest.raises(InvalidSelection) as caught:
+        ViewSelection.from_query({"stage": "PUT", "start": "yesterday", "end": "-5"})
+    lines = str(caught.value).splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("stage='PUT': expected one of KEY_CONVERTER")
+    assert "TASK_PUT" in lines[0] and NONE_KEY in lines[0]
+    assert lines[1].startswith("start='yesterday': expected epoch milliseconds")
+    assert "ISO-8601" in lines[1]
+    assert lines[2].startswith("end='-5': expected epoch milliseconds")
+    assert [p.key for p in caught.value.problems] == ["stage", "start", "end"]
+
+
+def test_start_must_come_before_end() -> None:
+    """An empty time window is refused rather than silently showing nothing."""
+    with pytest.raises(InvalidSelection, match=r"end='1000': expected a time after start \(2000 ms\)"):
+        ViewSelection.from_query({"start": "2000", "end": "1000"})
+
+
+def test_selection_matches_fields_none_key_and_time_bounds() -> None:
+    """Filtering by class, stage, topic, pipeline and a half-open time window picks exactly those records."""
+    letter = parse_dead_letter(connect_headers(KeyError("customer")), b"k", b"v")
+    assert ViewSelection(exception_class="KeyError", stage="TRANSFORMATION").matches(letter, 10)
+    assert not ViewSelection(exception_class="ValueError").matches(letter, 10)
+    assert ViewSelection(source_topic="orders", pipeline="orders_pipeline").matches(letter, 10)
+    assert ViewSelection(start_ms=10, end_ms=11).matches(letter, 10)
+    assert not ViewSelection(start_ms=10, end_ms=11).matches(letter, 11)
+    assert not ViewSelection(start_ms=10).matches(letter, None)
+    plain = parse_dead_letter([("a", b"b")], b"k", b"v")
+    assert ViewSelection(exception_class=NONE_KEY, stage=NONE_KEY).matches(plain, 1)
+    assert not ViewSelection(exception_class=NONE_KEY).matches(letter, 1)
+
+
+# ------------------------------------------------------------------------------------------- shared time rules
+
+
+def test_a_time_is_digits_or_iso_8601_and_naive_means_utc() -> None:
+    """Both selections read a typed time the same way: epoch milliseconds, or an ISO time (UTC unless zoned)."""
+    assert parse_time(" 1795428000000 ") == 1_795_428_000_000
+    assert parse_time("2026-11-23T10:00:00Z") == parse_time("2026-11-23T10:00:00") == 1_795_428_000_000
+    assert parse_time("2026-11-23T11:00:00+01:00") == 1_795_428_000_000
+    assert parse_time("yesterday") is None and parse_time("-5") is None and parse_time("") is None
+
+
+@given(st.datetimes(min_value=datetime(1970, 1, 1), timezones=st.just(UTC)))
+def test_epoch_ms_is_exact(moment: datetime) -> None:
+    """No float rounding: the milliseconds are the moment's, truncated, for any moment with microseconds."""
+    expected = (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+    assert epoch_ms(moment) == expected
+    assert epoch_ms(moment.replace(tzinfo=None)) == expected
+    assert epoch_ms(moment.astimezone(timezone(timedelta(hours=5)))) == expected
+
+
+def test_a_window_is_half_open_and_takes_no_undated_record_once_bounded() -> None:
+    """``[start, end)``: the start is in, the end is out; a record without a timestamp is only in an open window."""
+    assert in_window(None, None, None) and in_window(5, None, None)
+    assert in_window(10, 10, 11) and not in_window(11, 10, 11)
+    assert not in_window(None, 0, None) and not in_window(None, None, 1)
+    assert in_window(0, None, 1) and not in_window(9, 10, None)
