@@ -17,13 +17,14 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import Stage
 from airflow_kerr.errors.dead_letter import INT64_MAX, TOPIC_NAME_RULE, is_topic_name, shown
-from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, PARKING_SUFFIX, FixFn, Selection
+from airflow_kerr.inspection.selection import epoch_ms, parse_time
+from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, PARKING_SUFFIX, FixFn, ReplaySelection
 from airflow_kerr.replay.transactions import (
     DEFAULT_TRANSACTION_TIMEOUT_S,
     MAX_TRANSACTION_TIMEOUT_S,
@@ -57,7 +58,7 @@ class ReplayOptions:
     dlq_topic: str
     group_id: str
     parking_topic: str
-    selection: Selection = field(default_factory=Selection)
+    selection: ReplaySelection = field(default_factory=ReplaySelection)
     fix_path: str | None = None
     target_topic: str | None = None
     target_allowlist: re.Pattern[str] | None = None
@@ -132,7 +133,7 @@ class ReplayOptions:
         if first is not None and last is not None and first >= last:
             p.append(f"start_offset={first}, end_offset={last}: inverted or empty range; expected start < end")
 
-        selection = Selection(
+        selection = ReplaySelection(
             source_topics=frozenset(_topics(p, "source_topics", source_topics)),
             stages=frozenset(_stages(p, stages)),
             exception_class=_regex(p, "exception_class_regex", exception_class_regex),
@@ -356,30 +357,13 @@ def _time(p: list[str], key: str, value: Any) -> int | None:
     elif isinstance(value, float) and value.is_integer():
         ms = int(value)
     elif isinstance(value, datetime):
-        ms = _epoch_ms(value)
+        ms = epoch_ms(value)
     elif isinstance(value, str):
-        text = value.strip()
-        if re.fullmatch(r"[0-9]{1,20}", text, re.ASCII):
-            ms = int(text)
-        else:
-            try:
-                ms = _epoch_ms(datetime.fromisoformat(text.replace("Z", "+00:00")))
-            except ValueError:
-                ms = None
+        ms = parse_time(value)
     if ms is None or not 0 <= ms <= MAX_TIME_MS:
         p.append(f"{key}={shown(value)}: {_TIME_ACCEPTED}")
         return None
     return ms
-
-
-def _epoch_ms(moment: datetime) -> int | None:
-    """Milliseconds since the epoch; ``None`` when the moment is outside what the platform can convert."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    try:
-        return int(moment.timestamp() * 1000)
-    except (OverflowError, ValueError, OSError):
-        return None
 
 
 def _header_match(p: list[str], value: Any) -> dict[str, str]:

@@ -33,6 +33,7 @@ from airflow_kerr.errors.dead_letter import (
     shown,
 )
 from airflow_kerr.errors.header_reader import plain_connect_of, read_error_headers
+from airflow_kerr.inspection.selection import in_window
 
 LINEAGE_PREFIX = "__kerr.replay."
 HEADER_REPLAY_COUNT = LINEAGE_PREFIX + "count"
@@ -177,13 +178,18 @@ def outgoing(record: ReplayRecord) -> Outgoing:
 
 
 @dataclass(frozen=True)
-class Selection:
+class ReplaySelection:
     """Which DLQ records a replay takes; an empty criterion matches everything.
 
     Time bounds are ``[start_time_ms, end_time_ms)`` on the DLQ record's timestamp (the
     failed record's own, as Connect copies it); offset bounds are ``[start_offset,
     end_offset)`` on each DLQ partition. ``headers`` must all be present with exactly these
     UTF-8 values, looked up among the original and the error headers.
+
+    Not the DLQ view's :class:`~airflow_kerr.inspection.selection.ViewSelection`: that one
+    picks a count's rows by the exact values counted, this one what a replay writes back, by
+    sets, a regular expression, offsets and headers. They share the time rules
+    (:func:`~airflow_kerr.inspection.selection.in_window`).
     """
 
     source_topics: frozenset[str] = frozenset()
@@ -215,12 +221,8 @@ class Selection:
             return False
         if self.stages and letter.stage not in self.stages:
             return False
-        if self.start_time_ms is not None or self.end_time_ms is not None:
-            ts = letter.timestamp
-            if ts is None or (self.start_time_ms is not None and ts < self.start_time_ms):
-                return False
-            if self.end_time_ms is not None and ts >= self.end_time_ms:
-                return False
+        if not in_window(letter.timestamp, self.start_time_ms, self.end_time_ms):
+            return False
         if self.start_offset is not None or self.end_offset is not None:
             offset = -1 if letter.offset is None else letter.offset
             if self.start_offset is not None and offset < self.start_offset:

@@ -31,7 +31,7 @@ from airflow_kerr.replay.policy import (
     ParkReason,
     ReplayPolicy,
     ReplayRecord,
-    Selection,
+    ReplaySelection,
     decide,
     replay_count,
 )
@@ -226,7 +226,7 @@ def test_unsafe_targets_are_parked(target: str, reason: ParkReason) -> None:
 
 def test_selection_by_each_criterion() -> None:
     letter, _ = dead_letter(topic="orders", stage=Stage.VALUE_CONVERTER, error=ValueError("x"), dlq_offset=10)
-    assert Selection().matches(letter)
+    assert ReplaySelection().matches(letter)
     cases: dict[str, tuple[Any, Any]] = {
         "source_topics": (frozenset({"orders"}), frozenset({"payments"})),
         "stages": (frozenset({Stage.VALUE_CONVERTER}), frozenset({Stage.TRANSFORMATION})),
@@ -238,14 +238,14 @@ def test_selection_by_each_criterion() -> None:
         "headers": ({"kind": "x", "__connect.errors.stage": "VALUE_CONVERTER"}, {"kind": "y"}),
     }
     for name, (accepted, refused) in cases.items():
-        assert Selection(**{name: accepted}).matches(letter), name
-        assert not Selection(**{name: refused}).matches(letter), name
+        assert ReplaySelection(**{name: accepted}).matches(letter), name
+        assert not ReplaySelection(**{name: refused}).matches(letter), name
 
 
 def test_a_record_without_timestamp_is_outside_any_time_range() -> None:
     letter, _ = dead_letter()
     undated = parse_dead_letter(list(letter.error_headers.items()), b"k", b"v", topic="d", partition=0, offset=0)
-    assert not Selection(start_time_ms=0).matches(undated)
+    assert not ReplaySelection(start_time_ms=0).matches(undated)
 
 
 def test_garbage_replay_counts_read_as_zero() -> None:
