@@ -3,7 +3,7 @@
 Every read of the DLQ view opens its own short-lived consumer here, in one throwaway group
 per process (:data:`SCRATCH_GROUP`), and closes it before it returns (except that a
 summary keeps an unfinished scan's consumer for its next chunk,
-:mod:`airflow_kerr.kafka.scan_consumers`). The helpers below are the bounded look-ups
+:mod:`airflow_kerr.inspection.scan_consumers`). The helpers below are the bounded look-ups
 every read starts with: a topic's partitions and offset ranges, and the first record at
 an offset of each partition.
 """

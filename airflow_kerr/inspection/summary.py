@@ -28,8 +28,8 @@ from airflow_kerr.inspection.consumers import (
 )
 from airflow_kerr.inspection.cursor import ScanCursor, choose_bucket_ms
 from airflow_kerr.inspection.fields import CONNECT, header_text, raw_fields, stage_text
+from airflow_kerr.inspection.scan_consumers import SCAN_CONSUMERS, scan_key
 from airflow_kerr.inspection.selection import EVERYTHING, NONE_KEY, TEXT_KEYS, ViewSelection
-from airflow_kerr.kafka.scan_consumers import SCAN_CONSUMERS, scan_key
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def summarize(
     read = malformed = 0
     if todo and max_records > 0:
         # A consumer kept from the previous chunk of this scan stands at ``nexts`` already
-        # (see :mod:`~airflow_kerr.kafka.scan_consumers`); a miss assigns a new one there.
+        # (see :mod:`~airflow_kerr.inspection.scan_consumers`); a miss assigns a new one there.
         consumer = SCAN_CONSUMERS.take(scan_key(kafka_config, topic, scan.selection, scan.partitions))
         keep = False
         try:

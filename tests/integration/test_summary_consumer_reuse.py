@@ -1,4 +1,4 @@
-"""A chunked summary keeps its consumer between chunks (``airflow_kerr.kafka.scan_consumers``), on the real broker.
+"""A chunked summary keeps its consumer between chunks (``airflow_kerr.inspection.scan_consumers``), on the real broker.
 
 noida-db answers each new consumer's first fetch with the partition's whole remainder, so a
 new consumer per chunk made a large partition's count quadratic. These tests count the
@@ -17,8 +17,8 @@ import pytest
 
 from airflow_kerr.errors import SourceRecord, Stage
 from airflow_kerr.inspection import summary
+from airflow_kerr.inspection.scan_consumers import SCAN_CONSUMERS
 from airflow_kerr.inspection.summary import DeadLetterSummaryChunk, summarize
-from airflow_kerr.kafka.scan_consumers import SCAN_CONSUMERS
 from airflow_kerr.local.dead_letters import Failure, write_dead_letters
 
 COUNT = 120

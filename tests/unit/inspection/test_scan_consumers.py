@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from airflow_kerr.kafka.scan_consumers import ScanConsumers, config_identity, scan_key
+from airflow_kerr.inspection.scan_consumers import ScanConsumers, config_identity, scan_key
 
 
 class FakeConsumer:
