@@ -13,23 +13,25 @@ takes seconds per group rebalance. benchmarks/brokers.py measures both. Set
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import importlib.util
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from airflow_kerr.local.process import Launcher
+
+# Imported from here before local/process.py held them; kept for callers outside local/ (tests, benchmarks).
+from airflow_kerr.local.process import parent_death_signal as parent_death_signal
+from airflow_kerr.local.process import stop_process as stop_process
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 #: Which embedded broker to start: one of BROKER_KINDS.
@@ -37,7 +39,6 @@ BROKER_ENV = "KERR_BROKER"
 BROKER_KINDS = ("noida", "tansu")
 #: Chosen by measurement (benchmarks/brokers.py): transactions as Apache Kafka has them, fast group joins.
 DEFAULT_BROKER = "noida"
-_PR_SET_PDEATHSIG = 1
 #: ``0`` starts noida-db bare, without the fetch shim in front (``benchmarks/idle_stack.py`` compares the two).
 FETCH_SHIM_ENV = "KERR_FETCH_SHIM"
 #: librdkafka settings for clients of the embedded broker (the local stack's ``kafka_default``).
@@ -141,37 +142,6 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
     return _bind_error(port, host) is None
 
 
-def parent_death_signal(sig: signal.Signals) -> Callable[[], None]:
-    """A ``preexec_fn`` that makes the child receive ``sig`` when the process that started it dies.
-
-    The signal is the one the child shuts down cleanly on, so nothing is orphaned
-    even when the parent is killed hard.
-    """
-
-    def set_parent_death_signal() -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, sig)
-
-    return set_parent_death_signal
-
-
-def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
-    """Terminate a child, then kill it if it does not exit within ``timeout_s``.
-
-    It goes through the Popen rather than the pid: waiting on the Popen reaps the
-    child, whereas a pid probe keeps seeing an exited, unreaped child (a zombie).
-    """
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=timeout_s)
-
-
 def connection_variables(
     bootstrap_servers: str,
     connect_host: str,
@@ -253,7 +223,7 @@ def wait_for_metadata(bootstrap_servers: str, timeout_s: float, process: subproc
         time.sleep(0.1)
 
 
-class LocalBroker:
+class LocalBroker(Launcher):
     """An embedded broker (noida-db or Tansu, see :func:`broker_kind`) on a free loopback port.
 
     noida-db is reached through :mod:`airflow_kerr.local.fetch_shim` (on ``port``; noida-db
@@ -265,7 +235,8 @@ class LocalBroker:
 
     ``detach=False`` (tests) ties the broker's life to this process: it is stopped
     on ``stop()``, on exiting the ``with`` block, and by the kernel if this process
-    dies. ``detach=True`` (``kerr local up``) lets it outlive the caller.
+    dies. ``detach=True`` (``kerr local up``) lets it outlive the caller (see
+    :class:`~airflow_kerr.local.process.Launcher`).
     """
 
     def __init__(
@@ -277,6 +248,7 @@ class LocalBroker:
         kind: str | None = None,
         data_dir: Path | None = None,
     ) -> None:
+        super().__init__(detach=detach, start_timeout_s=start_timeout_s)
         self.kind = broker_kind(kind)
         self.data_dir = data_dir
         self._owns_data_dir = data_dir is None
@@ -285,17 +257,10 @@ class LocalBroker:
         self.shimmed = self.kind == "noida" and os.environ.get(FETCH_SHIM_ENV, "1").strip() != "0"
         self.upstream_port = free_port() if self.shimmed else self.port
         self.log_path = log_path
-        self.detach = detach
-        self.start_timeout_s = start_timeout_s
-        self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
 
     @property
     def process_marker(self) -> str:
@@ -307,8 +272,7 @@ class LocalBroker:
         """librdkafka settings a client of this broker needs beyond ``bootstrap.servers`` (see LOCAL_CLIENT_CONFIG)."""
         return dict(LOCAL_CLIENT_CONFIG) if self.kind == "noida" else {}
 
-    def start(self) -> LocalBroker:
-        """Start the broker and return once it answers a metadata request."""
+    def _launch(self) -> None:
         binary = broker_binary(self.kind)
         self._check_port_free()
         if self.data_dir is None:
@@ -321,25 +285,11 @@ class LocalBroker:
             # The shim runs noida-db as its child, so this one process stands for the broker.
             command = [sys.executable, "-m", "airflow_kerr.local.fetch_shim", "--port", str(self.port),
                        "--upstream-port", str(self.upstream_port), "--", *command]  # fmt: skip
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        try:
-            self.process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=self.detach,
-                preexec_fn=None if self.detach else parent_death_signal(signal.SIGTERM),
-            )
-        finally:
-            if log is not subprocess.DEVNULL:
-                log.close()  # type: ignore[union-attr]
-        try:
-            wait_for_metadata(self.bootstrap_servers, self.start_timeout_s, self.process)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        self._spawn(command, log_path=self.log_path)
+
+    def _wait_until_ready(self) -> None:
+        """Ready once the broker answers a metadata request (its exit while starting ends the wait at once)."""
+        wait_for_metadata(self.bootstrap_servers, self.start_timeout_s, self.process)
 
     def _check_port_free(self) -> None:
         """The brokers bind with address reuse, so a taken port would not fail their start: check first.
@@ -353,20 +303,8 @@ class LocalBroker:
                 f"port {self.port} on 127.0.0.1 is already in use ({error.strerror}): choose another port"
             )
 
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Terminate the broker, then kill it if it does not exit within ``timeout_s``."""
-        if self.process is None:
-            return
-        stop_process(self.process, timeout_s)
-        self.process = None
+    def _stopped(self) -> None:
+        """Remove the data directory this broker made for itself (one it was given is kept)."""
         if self._owns_data_dir and self.data_dir is not None:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             self.data_dir = None
-
-    def __enter__(self) -> LocalBroker:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,6 +29,7 @@ from airflow_kerr.local.broker import (
 )
 from airflow_kerr.local.connect_runtime import KAFKA_VERSION, ConnectRuntimeUnavailable
 from airflow_kerr.local.connect_worker import ConnectWorker
+from airflow_kerr.local.process import stop_tree
 from airflow_kerr.local.spark_cluster import LocalSparkCluster, SparkClusterUnavailable
 from airflow_kerr.local.state import state_dir
 
@@ -60,29 +59,6 @@ def process_alive(pid: int, marker: str) -> bool:
     except OSError:
         return False
     return marker in cmdline
-
-
-def terminate(pid: int, timeout_s: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL if the process is still there after ``timeout_s``.
-
-    By pid, for what an earlier ``up`` started; a child this process holds as a
-    Popen goes through :func:`~airflow_kerr.local.broker.stop_process`, which reaps it.
-    """
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
 
 
 def _running(state: dict[str, Any], name: str) -> bool:
@@ -174,7 +150,8 @@ def down(_: argparse.Namespace) -> int:
         return 0
     for name, entry in reversed(list(state.items())):
         if _running(state, name):
-            terminate(int(entry["pid"]), timeout_s=15.0)
+            # By pid, for what an earlier `up` started: the tree too (the fetch shim's noida-db, for one).
+            stop_tree(int(entry["pid"]), grace_s=15.0)
             print(f"stopped {name} (pid {entry['pid']})")
         else:
             print(f"{name} was not running")

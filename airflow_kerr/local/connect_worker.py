@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -24,11 +23,11 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from airflow_kerr.local.broker import free_port, parent_death_signal, stop_process
+from airflow_kerr.local.broker import free_port
 from airflow_kerr.local.connect_runtime import ConnectRuntimeUnavailable, ensure_connect_runtime, java_binary
+from airflow_kerr.local.process import Launcher
 
 #: The embedded worker's niceness. noida-db, the default embedded broker, answers a fetch at once
 #: instead of waiting ``fetch.max.wait.ms`` for data, so an idle worker's consumers poll it about
@@ -121,8 +120,14 @@ def worker_properties(
     }
 
 
-class ConnectWorker:
-    """One Kafka Connect worker JVM on a free loopback port, in distributed mode."""
+class ConnectWorker(Launcher):
+    """One Kafka Connect worker JVM on a free loopback port, in distributed mode.
+
+    It runs niced in a session of its own, also with ``detach=False`` (see :func:`_yielding_the_cpu`).
+    """
+
+    #: A clean stop lets the worker leave its group, which takes a JVM longer than the broker's.
+    stop_timeout_s = 20.0
 
     def __init__(
         self,
@@ -135,24 +140,18 @@ class ConnectWorker:
         detach: bool = False,
         start_timeout_s: float = 90.0,
     ) -> None:
+        super().__init__(detach=detach, start_timeout_s=start_timeout_s)
         self.bootstrap_servers = bootstrap_servers
         self.work_dir = Path(work_dir).resolve()
         self.port = port or free_port()
         self.group_id = group_id or f"kerr-connect-{uuid.uuid4().hex[:8]}"
         self.overrides = dict(overrides or {})
-        self.detach = detach
-        self.start_timeout_s = start_timeout_s
-        self.process: subprocess.Popen[bytes] | None = None
 
     host = "127.0.0.1"
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
 
     @property
     def log_path(self) -> Path:
@@ -162,8 +161,8 @@ class ConnectWorker:
         """Where a FileStreamSink configured with ``file`` writes (relative names are under the work dir)."""
         return self.work_dir / file
 
-    def start(self) -> ConnectWorker:
-        """Start the JVM and return once the worker has joined its group and answers ``GET /health``."""
+    def _launch(self) -> None:
+        """Write the worker's configuration and start the JVM."""
         runtime = ensure_connect_runtime()
         self.work_dir.mkdir(parents=True, exist_ok=True)
         properties = worker_properties(self.bootstrap_servers, self.group_id, f"http://{self.host}:{self.port}")
@@ -179,44 +178,30 @@ class ConnectWorker:
             "org.apache.kafka.connect.cli.ConnectDistributed",
             str(self.work_dir / "worker.properties"),
         ]
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                command,
-                cwd=self.work_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=self.detach,
-                preexec_fn=_yielding_the_cpu(None if self.detach else parent_death_signal(signal.SIGTERM)),
-            )
-        try:
-            self._wait_until_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        self._spawn(command, log_path=self.log_path, cwd=self.work_dir)
 
-    def _wait_until_ready(self) -> None:
-        """Poll ``GET /health`` (KIP-1017: 200 once the worker has joined its group and read its topics)."""
-        deadline = time.monotonic() + self.start_timeout_s
-        problem = "no answer yet"
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise ConnectRuntimeUnavailable(
-                    f"Kafka Connect exited with code {self.process.returncode} while starting; "
-                    f"last lines of {self.log_path}:\n{self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except urllib.error.HTTPError as exc:
-                problem = f"/health answered {exc.code}: {exc.read()[:300]!r}"
-            except OSError as exc:
-                problem = str(exc)
-            time.sleep(0.2)
-        raise ConnectRuntimeUnavailable(
+    def _preexec_fn(self) -> Callable[[], None] | None:
+        """The launcher's ``preexec_fn``, after lowering the worker's priority in a session of its own."""
+        return _yielding_the_cpu(super()._preexec_fn())
+
+    def _not_ready_because(self) -> str | None:
+        """Ask ``GET /health`` (KIP-1017: 200 once the worker has joined its group and read its topics)."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                return None if response.status == 200 else f"/health answered {response.status}"
+        except urllib.error.HTTPError as exc:
+            return f"/health answered {exc.code}: {exc.read()[:300]!r}"
+        except OSError as exc:
+            return str(exc)
+
+    def _exited(self, process: subprocess.Popen[bytes]) -> Exception:
+        return ConnectRuntimeUnavailable(
+            f"Kafka Connect exited with code {process.returncode} while starting; "
+            f"last lines of {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def _timed_out(self, problem: str) -> Exception:
+        return ConnectRuntimeUnavailable(
             f"Kafka Connect at {self.url} was not ready within {self.start_timeout_s:.0f} s ({problem}); "
             f"last lines of {self.log_path}:\n{self.log_tail()}"
         )
@@ -271,21 +256,6 @@ class ConnectWorker:
             "log": str(self.log_path),
             "group_id": self.group_id,
         }
-
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """Stop the worker cleanly (it leaves its group), killing it after ``timeout_s``."""
-        if self.process is None:
-            return
-        stop_process(self.process, timeout_s)
-        self.process = None
-
-    def __enter__(self) -> ConnectWorker:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def connector_config(topic: str, file: str, **overrides: str) -> dict[str, str]:

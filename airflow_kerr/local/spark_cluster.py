@@ -11,14 +11,12 @@ kernel if this process dies).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
-from airflow_kerr.local.broker import free_port, parent_death_signal, stop_process
+from airflow_kerr.local.broker import free_port
+from airflow_kerr.local.process import Launcher
 
 
 class SparkClusterUnavailable(RuntimeError):
@@ -36,10 +34,14 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
-class LocalSparkCluster:
+class LocalSparkCluster(Launcher):
     """A standalone master and ``workers`` workers (``cores`` and ``memory`` each) on 127.0.0.1."""
 
     host = "127.0.0.1"
+    #: The JVMs get as long to stop cleanly as the Connect worker's.
+    stop_timeout_s = 20.0
+    #: The master's status page is a JVM's web UI: asked twice a second, not five times.
+    poll_interval_s = 0.5
 
     def __init__(
         self,
@@ -51,15 +53,13 @@ class LocalSparkCluster:
         detach: bool = False,
         start_timeout_s: float = 120.0,
     ) -> None:
+        super().__init__(detach=detach, start_timeout_s=start_timeout_s)
         self.work_dir = Path(work_dir).resolve()
         self.workers = workers
         self.cores = cores
         self.memory = memory
-        self.detach = detach
-        self.start_timeout_s = start_timeout_s
         self.port = free_port()
         self.ui_port = free_port()
-        self.processes: list[subprocess.Popen[bytes]] = []
 
     @property
     def master_url(self) -> str:
@@ -69,11 +69,8 @@ class LocalSparkCluster:
     def ui_url(self) -> str:
         return f"http://{self.host}:{self.ui_port}"
 
-    @property
-    def pids(self) -> list[int]:
-        return [process.pid for process in self.processes]
-
-    def _launch(self, name: str, arguments: list[str]) -> None:
+    def _spark_class(self, name: str, arguments: list[str]) -> None:
+        """Start ``spark-class`` with ``arguments`` (it execs the JVM), logging to ``<work dir>/<name>.log``."""
         home = spark_home()
         env = {
             **os.environ,
@@ -84,44 +81,26 @@ class LocalSparkCluster:
             # The master and worker daemons themselves need little; executors get the workers' --memory.
             "SPARK_DAEMON_MEMORY": "256m",
         }
-        log_path = self.work_dir / f"{name}.log"
-        with open(log_path, "ab") as log:
-            self.processes.append(
-                subprocess.Popen(
-                    [str(home / "bin" / "spark-class"), *arguments],
-                    cwd=self.work_dir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=self.detach,
-                    preexec_fn=None if self.detach else parent_death_signal(signal.SIGTERM),
-                )
-            )
+        command = [str(home / "bin" / "spark-class"), *arguments]
+        self._spawn(command, log_path=self.work_dir / f"{name}.log", cwd=self.work_dir, env=env)
 
-    def start(self) -> LocalSparkCluster:
-        """Start the master and the workers; return once the master lists every worker ALIVE."""
+    def _launch(self) -> None:
+        """Start the master, then the workers (ready once the master lists every worker ALIVE)."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            self._launch(
-                "master",
-                ["org.apache.spark.deploy.master.Master", "--host", self.host, "--port", str(self.port),
-                 "--webui-port", str(self.ui_port)],
+        self._spark_class(
+            "master",
+            ["org.apache.spark.deploy.master.Master", "--host", self.host, "--port", str(self.port),
+             "--webui-port", str(self.ui_port)],
+        )  # fmt: skip
+        for index in range(self.workers):
+            work = self.work_dir / f"worker-{index}"
+            work.mkdir(exist_ok=True)
+            self._spark_class(
+                f"worker-{index}",
+                ["org.apache.spark.deploy.worker.Worker", self.master_url, "--host", self.host,
+                 "--cores", str(self.cores), "--memory", self.memory, "--webui-port", "0",
+                 "--work-dir", str(work)],
             )  # fmt: skip
-            for index in range(self.workers):
-                work = self.work_dir / f"worker-{index}"
-                work.mkdir(exist_ok=True)
-                self._launch(
-                    f"worker-{index}",
-                    ["org.apache.spark.deploy.worker.Worker", self.master_url, "--host", self.host,
-                     "--cores", str(self.cores), "--memory", self.memory, "--webui-port", "0",
-                     "--work-dir", str(work)],
-                )  # fmt: skip
-            self._wait_for_workers()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def alive_workers(self) -> int:
         """How many workers the master lists as ALIVE (its JSON status page); ValueError when it is not JSON."""
@@ -131,43 +110,24 @@ class LocalSparkCluster:
             status = json.loads(response.read())
         return sum(1 for worker in status.get("workers", []) if worker.get("state") == "ALIVE")
 
-    def _wait_for_workers(self) -> None:
-        deadline = time.monotonic() + self.start_timeout_s
-        problem = "no answer yet"
-        while time.monotonic() < deadline:
-            for process in self.processes:
-                if process.poll() is not None:
-                    raise SparkClusterUnavailable(
-                        f"a Spark process exited with code {process.returncode} while starting; "
-                        f"see {self.work_dir}/*.log"
-                    )
-            try:
-                alive = self.alive_workers()
-                if alive >= self.workers:
-                    return
-                problem = f"{alive} of {self.workers} workers registered"
-            except OSError as exc:
-                problem = str(exc)
-            except ValueError as exc:
-                # Seen once in a fresh-clone run: right after the master's UI bound its port, /json/ answered
-                # the HTML status page. Not ready yet, like no answer; the deadline still bounds the wait.
-                problem = f"the master's /json/ page did not answer JSON ({exc})"
-            time.sleep(0.5)
-        raise SparkClusterUnavailable(
+    def _not_ready_because(self) -> str | None:
+        try:
+            alive = self.alive_workers()
+        except OSError as exc:
+            return str(exc)
+        except ValueError as exc:
+            # Seen once in a fresh-clone run: right after the master's UI bound its port, /json/ answered
+            # the HTML status page. Not ready yet, like no answer; the deadline still bounds the wait.
+            return f"the master's /json/ page did not answer JSON ({exc})"
+        return None if alive >= self.workers else f"{alive} of {self.workers} workers registered"
+
+    def _exited(self, process: subprocess.Popen[bytes]) -> Exception:
+        return SparkClusterUnavailable(
+            f"a Spark process exited with code {process.returncode} while starting; see {self.work_dir}/*.log"
+        )
+
+    def _timed_out(self, problem: str) -> Exception:
+        return SparkClusterUnavailable(
             f"the Spark master at {self.master_url} did not list {self.workers} workers within "
             f"{self.start_timeout_s:.0f} s ({problem}); see {self.work_dir}/*.log"
         )
-
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """Stop the workers, then the master."""
-        for process in reversed(self.processes):
-            stop_process(process, timeout_s)
-        self.processes = []
-
-    def __enter__(self) -> LocalSparkCluster:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

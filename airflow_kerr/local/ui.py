@@ -15,7 +15,6 @@ browser test, so the test clicks through exactly what a person gets.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import secrets
@@ -43,6 +42,11 @@ from airflow_kerr.local.broker import (
 )
 from airflow_kerr.local.connect_worker import ConnectWorker
 from airflow_kerr.local.orders_example import TOPICS, add_sink_connector
+
+# Imported from here before local/process.py held them; kept for callers outside local/ (tests, benchmarks).
+from airflow_kerr.local.process import pid_alive as pid_alive
+from airflow_kerr.local.process import process_tree as process_tree
+from airflow_kerr.local.process import stop_tree
 from airflow_kerr.local.state import dags_folder, state_dir
 
 DEFAULT_PORT = 8080
@@ -274,61 +278,6 @@ def seed_dead_letters(
         raise LocalUIError(f"could not write the sample dead letters to {dlq_topic}: {exc}") from exc
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the command name (state first), or None when it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-#: A process as (pid, start time in clock ticks): a pid alone may be reused by an unrelated process.
-Process = tuple[int, int]
-
-
-def _identity(pid: int) -> Process | None:
-    fields = _stat(pid)
-    return (pid, int(fields[19])) if fields else None
-
-
-def _descendants(root: int) -> list[Process]:
-    """Every process below ``root``, found through /proc, so a component that left the group is still stopped."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _stat(int(entry.name))):
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found: list[Process] = []
-    pending = [root]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            if identity := _identity(child):
-                found.append(identity)
-            pending.append(child)
-    return found
-
-
-def pid_alive(process: Process) -> bool:
-    """True while that very process runs (not a zombie, and its pid not reused)."""
-    fields = _stat(process[0])
-    return fields is not None and fields[0] != "Z" and int(fields[19]) == process[1]
-
-
-def process_tree(root: int) -> list[Process]:
-    """``root`` and every process below it, as identities :func:`pid_alive` can check later."""
-    identity = _identity(root)
-    return [*([identity] if identity else []), *_descendants(root)]
-
-
-def _wait_gone(processes: Iterable[Process], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    pending = list(processes)
-    while pending and time.monotonic() < deadline:
-        pending = [process for process in pending if pid_alive(process)]
-        if pending:
-            time.sleep(0.2)
-    return not pending
-
-
 @dataclass
 class LocalUI:
     """A running local Airflow UI and the embedded stack behind it; :meth:`stop` ends all of it."""
@@ -396,7 +345,8 @@ class LocalUI:
             return
         self._stopped = True
         if self.process is not None:
-            _stop_process_group(self.process)
+            # Only standalone gets the SIGINT (Ctrl-C): it then stops each component, see stop_tree.
+            stop_tree(self.process, first=signal.SIGINT, grace_s=20.0)
         if self.connect is not None:
             self.connect.stop()
         if self.broker is not None:
@@ -409,33 +359,6 @@ class LocalUI:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-
-def _stop_process_group(process: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
-    """Ctrl-C ``airflow standalone``; whatever is left of its group after ``grace_s`` gets SIGTERM, then SIGKILL.
-
-    Only the standalone process gets the SIGINT: it then terminates each component,
-    which is the shutdown they handle well (a scheduler that also gets the SIGINT
-    itself hangs waiting for its executor's workers). SIGTERM to standalone would kill
-    it and orphan the components. They start processes of their own, so the
-    descendants are collected first and checked at the end.
-    """
-    if process.poll() is not None:
-        return
-    processes = process_tree(process.pid)
-    with contextlib.suppress(ProcessLookupError):
-        process.send_signal(signal.SIGINT)
-    if not _wait_gone(processes, timeout_s=grace_s):
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, sig)
-            for pid, _ in filter(pid_alive, processes):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-            if _wait_gone(processes, timeout_s=10.0):
-                break
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=5)
 
 
 def _wait_ready(ui: LocalUI, wait_for_dags: Iterable[str], timeout_s: float) -> None:

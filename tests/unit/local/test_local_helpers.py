@@ -1,9 +1,8 @@
-"""The small helpers the embedded stack shares: ports, parent-death signals, child shutdown, connections."""
+"""The small helpers the embedded stack shares: ports, connections, broker and Connect start-up checks."""
 
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import subprocess
 import sys
@@ -15,26 +14,18 @@ from typing import Any
 
 import pytest
 
-from airflow_kerr.local import connect_runtime, connect_worker
+from airflow_kerr.local import connect_runtime
+from airflow_kerr.local import process as local_process
 from airflow_kerr.local.broker import (
     BrokerUnavailable,
     broker_kind,
     connection_variables,
     free_port,
     port_free,
-    stop_process,
     wait_for_metadata,
 )
 from airflow_kerr.local.connect_runtime import ConnectRuntimeUnavailable, ensure_connect_runtime
 from airflow_kerr.local.connect_worker import ConnectWorker
-
-
-def _wait_for(path: Path, timeout_s: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists() or not path.read_text():
-        assert time.monotonic() < deadline, f"{path} was not written"
-        time.sleep(0.05)
-    return path.read_text()
 
 
 @pytest.mark.parametrize("option", [None, "SO_REUSEADDR", "SO_REUSEPORT"])
@@ -50,63 +41,6 @@ def test_port_free_sees_a_listening_socket(option: str | None) -> None:
     assert port_free(free_port())
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_child_gets_the_chosen_signal_when_its_parent_dies(tmp_path: Path, sig: signal.Signals) -> None:
-    """The owner is killed hard; its child must still get ``sig``, the signal it shuts down cleanly on."""
-    got, ready = tmp_path / "got", tmp_path / "ready"
-    child = textwrap.dedent(
-        f"""
-        import signal, sys, time
-        def record(signum, frame):
-            open({str(got)!r}, "w").write(signal.Signals(signum).name)
-            sys.exit(0)
-        signal.signal(signal.{sig.name}, record)
-        open({str(ready)!r}, "w").write("1")
-        time.sleep(60)
-        """
-    )
-    owner = textwrap.dedent(
-        f"""
-        import signal, subprocess, sys, time
-        from airflow_kerr.local.broker import parent_death_signal
-        subprocess.Popen([sys.executable, "-c", {child!r}], preexec_fn=parent_death_signal(signal.{sig.name}))
-        time.sleep(60)
-        """
-    )
-    process = subprocess.Popen([sys.executable, "-c", owner])
-    try:
-        _wait_for(ready)
-        process.kill()
-        process.wait(timeout=10)
-        assert _wait_for(got, timeout_s=10) == sig.name
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
-def test_stop_process_reaps_a_child_that_exits_on_sigterm() -> None:
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    started = time.monotonic()
-    stop_process(process, timeout_s=10)
-    assert process.returncode == -signal.SIGTERM
-    assert time.monotonic() - started < 5
-
-
-def test_stop_process_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
-    ready = tmp_path / "ready"
-    code = (
-        "import signal, time\n"
-        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        f"open({str(ready)!r}, 'w').write('1')\n"
-        "time.sleep(60)\n"
-    )
-    process = subprocess.Popen([sys.executable, "-c", code])
-    _wait_for(ready)
-    stop_process(process, timeout_s=0.5)
-    assert process.returncode == -signal.SIGKILL
-
-
 @pytest.mark.connect
 def test_a_failed_connect_start_reaps_the_worker_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The JVM runs but never answers in time: the start fails with the log's tail and reaps the JVM."""
@@ -120,7 +54,7 @@ def test_a_failed_connect_start_reaps_the_worker_at_once(tmp_path: Path, monkeyp
     def unanswered(*args: Any, **kwargs: Any) -> Any:
         raise OSError("not answering")
 
-    monkeypatch.setattr(connect_worker.subprocess, "Popen", Recorded)
+    monkeypatch.setattr(local_process.subprocess, "Popen", Recorded)
     monkeypatch.setattr(urllib.request, "urlopen", unanswered)
     begun = time.monotonic()
     with pytest.raises(ConnectRuntimeUnavailable, match=r"was not ready within 1 s \(not answering\)"):
