@@ -38,7 +38,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -79,6 +79,7 @@ from airflow_kerr.spark.stages import (
     drop_filtered,
     make_converter,
     make_transformation,
+    without_positions,
 )
 
 LOG = logging.getLogger("airflow_kerr.spark.job")
@@ -171,11 +172,9 @@ class PartitionProcessor:
             if len(rows) != count:
                 values = [values[row] for row in rows]
         if self.value_converter.fn is not None:
-            kept_before = rows
             values, rows = self.runner.run(self.value_converter.stage, self.value_converter.fn, values, rows, source)
-            if len(rows) != len(kept_before):
-                position = {row: i for i, row in enumerate(kept_before)}
-                keys = [keys[position[row]] for row in rows]
+            if self.runner.dropped:
+                keys = without_positions(keys, self.runner.dropped)
         if not self.transformations and isinstance(self.sink, KafkaSink):
             pairs = list(zip(keys, values, strict=True))
             done, _ = self.runner.run(self.put_stage, self.sink.put_pair, pairs, rows, source)
@@ -185,8 +184,22 @@ class PartitionProcessor:
         for stage, fn in self.transformations:
             records, rows = self.runner.run(stage, fn, records, rows, source)
             records, rows = drop_filtered(records, rows)
-        done, _ = self.runner.run(self.put_stage, self.sink.put, records, rows, source)
-        self.records_out += len(done)
+        self.records_out += self.put(records, rows, source)
+
+    def put(self, records: list[PipelineRecord], rows: list[int], source: Callable[[int], SourceRecord]) -> int:
+        """The TASK_PUT stage over a batch's records; returns how many were written.
+
+        A Kafka sink's records are encoded in one pass and written in a second, each write a
+        C call with no Python frame (as the vectorized path writes): a failure in either
+        pass is the record's put failure, as it is in one ``put``.
+        """
+        sink = self.sink
+        if not isinstance(sink, KafkaSink):
+            done, _ = self.runner.run(self.put_stage, sink.put, records, rows, source)
+            return len(done)
+        pairs, rows = self.runner.run(self.put_stage, sink.encode, records, rows, source)
+        done, _ = self.runner.run(self.put_stage, sink.put_encoded, pairs, rows, source, fast=sink.produce_value_key)
+        return len(done)
 
     def finish(self) -> dict[str, Any]:
         """Flush sink output, DLQ records and this task's metrics record; return the task summary."""

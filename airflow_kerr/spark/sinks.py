@@ -54,13 +54,18 @@ class DeliveryFailed(KafkaException):
     """Kafka did not accept records this task produced; the task must fail rather than lose them."""
 
 
+#: ``json.dumps(value, separators=(",", ":"))`` without building a ``JSONEncoder`` on every call, as ``dumps``
+#: does for any non-default argument: the same text for about a microsecond less per record.
+_compact_json: Callable[[Any], str] = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def encode_value(value: Any) -> bytes | None:
-    """Bytes as they are, text as UTF-8, anything else as JSON; keys and values alike."""
+    """Bytes as they are, text as UTF-8, anything else as compact JSON; keys and values alike."""
     if value is None or isinstance(value, bytes):
         return value
     if isinstance(value, str):
         return value.encode("utf-8")
-    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+    return _compact_json(value).encode("utf-8")
 
 
 class ProducerChannel:
@@ -109,8 +114,22 @@ class ProducerChannel:
 
         Raises what ``produce()`` raised when the record is refused otherwise, or refused even without them.
         """
+        delivered = partial(self._dead_letter_delivered, record, False)
         try:
-            self.produce(**record.produce_kwargs(), on_delivery=partial(self._dead_letter_delivered, record, False))
+            try:
+                # The usual case in one C call, without building keyword arguments: partition -1 lets the
+                # partitioner choose, and timestamp 0 lets the client stamp the record (produce()'s defaults).
+                self.producer.produce(
+                    record.topic,
+                    record.value,
+                    record.key,
+                    -1 if record.partition is None else record.partition,
+                    on_delivery=delivered,
+                    timestamp=record.timestamp or 0,
+                    headers=record.headers,
+                )
+            except BufferError:
+                self.produce(**record.produce_kwargs(), on_delivery=delivered)
         except KafkaException as error:
             if not is_size_error(error):
                 raise
@@ -176,6 +195,11 @@ class KafkaSink:
     def put(self, record: PipelineRecord) -> None:
         self.channel.produce(self.topic, key=encode_value(record.key), value=encode_value(record.value))
 
+    @staticmethod
+    def encode(record: PipelineRecord) -> tuple[bytes | None, bytes | None]:
+        """The record's (value, key) as bytes: the per-record path's first put step (then :attr:`produce_value_key`)."""
+        return encode_value(record.value), encode_value(record.key)
+
     def put_pair(self, pair: tuple[Any, Any]) -> None:
         """Write one converted (key, value) pair: the fast path when there are no transformations."""
         self.channel.produce(self.topic, key=encode_value(pair[0]), value=encode_value(pair[1]))
@@ -190,7 +214,7 @@ class KafkaSink:
         return partial(self.channel.producer.produce, self.topic)
 
     def put_encoded(self, pair: tuple[bytes | None, bytes | None]) -> None:
-        """Write one (value, key) pair that is bytes already (the vectorized path), waiting for room if need be."""
+        """Write one (value, key) pair that is bytes already, waiting for room if need be."""
         self.channel.produce(self.topic, key=pair[1], value=pair[0])
 
     def flush(self) -> None:

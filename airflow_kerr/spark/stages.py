@@ -18,7 +18,7 @@ import json
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat, starmap
+from itertools import compress, repeat, starmap
 from typing import Any, Final
 
 from airflow_kerr.callables import import_callable
@@ -111,6 +111,8 @@ class BatchRunner:
 
     def __init__(self, retry: RetryWithTolerance) -> None:
         self.retry = retry
+        #: Positions (in the items of the last :meth:`run`) of the records that failed and were left out.
+        self.dropped: list[int] = []
 
     def run(
         self,
@@ -128,33 +130,42 @@ class BatchRunner:
         (``fast(*item)``) so a C function runs in the C loop with no Python frame per record.
         An item ``fast`` raises for gets ``fn`` as its first attempt, and only ``fn``'s outcome
         counts: a Kafka producer's ``produce`` raises ``BufferError`` on a full local queue,
-        which the sink's ``fn`` waits out rather than fail the record.
+        which the sink's ``fn`` waits out rather than fail the record. :attr:`dropped` says
+        which items were left out, for lists that must stay aligned with the results.
         """
-        failures = 0
+        failed: list[int] = []
         stamp = [0.0]
         clock = self.retry.clock if self.retry.config.retry_enabled else None
 
-        def handle(failed: int, error: Exception) -> Any:
-            nonlocal failures
-            failures += 1
-            record = source_record(rows[failed])
-            return self.retry.execute_after_failure(stage, fn, record, error, stamp[0], items[failed])
+        def handle(position: int, error: Exception) -> Any:
+            failed.append(position)
+            record = source_record(rows[position])
+            return self.retry.execute_after_failure(stage, fn, record, error, stamp[0], items[position])
 
-        def first_attempt(failed: int, _fast_error: Exception) -> Any:
+        def first_attempt(position: int, _fast_error: Exception) -> Any:
             try:
-                return fn(items[failed])
+                return fn(items[position])
             except Exception as error:
-                return handle(failed, error)
+                return handle(position, error)
 
         stamped = items if clock is None else _stamped(items, clock, stamp)
         if fast is None:
             results = map_past_failures(fn, stamped, handle)
         else:
             results = map_past_failures(fast, stamped, first_attempt, star=True)
-        if failures == 0:
+        # A failed item whose retry succeeded keeps its place; only the skipped ones go.
+        self.dropped = [position for position in failed if results[position] is SKIPPED]
+        if not self.dropped:
             return results, list(rows)
-        kept = [i for i, value in enumerate(results) if value is not SKIPPED]
-        return [results[i] for i in kept], [rows[i] for i in kept]
+        return without_positions(results, self.dropped), without_positions(rows, self.dropped)
+
+
+def without_positions(items: Sequence[Any], positions: Sequence[int]) -> list[Any]:
+    """``items`` less the given positions, kept in order by C-level ``compress`` (no Python step per item)."""
+    keep = [True] * len(items)
+    for position in positions:
+        keep[position] = False
+    return list(compress(items, keep))
 
 
 def map_past_failures(
