@@ -27,7 +27,7 @@ from typing import Any
 
 from airflow_kerr.local.broker import free_port
 from airflow_kerr.local.connect_runtime import ConnectRuntimeUnavailable, ensure_connect_runtime, java_binary
-from airflow_kerr.local.process import Launcher
+from airflow_kerr.local.process import Launcher, tail
 
 #: The embedded worker's niceness. noida-db, the default embedded broker, answers a fetch at once
 #: instead of waiting ``fetch.max.wait.ms`` for data, so an idle worker's consumers poll it about
@@ -241,10 +241,8 @@ class ConnectWorker(Launcher):
         return result
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        """The end of the worker's log, for error messages."""
+        return tail(self.log_path, lines)
 
     def describe(self) -> dict[str, object]:
         """What ``kerr local up`` records about this worker."""

@@ -169,6 +169,14 @@ def stop_tree(
             popen.wait(timeout=5)
 
 
+def tail(log_path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a child's log, for the error that says why it failed; "(no log)" if unreadable."""
+    try:
+        return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
 def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
     """Terminate a child and what it started, then kill what is left after ``timeout_s`` (see :func:`stop_tree`)."""
     stop_tree(process, grace_s=timeout_s)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from airflow_kerr.local.airflow_env import airflow_environment, connection_records, store_connections
 from airflow_kerr.local.broker import connection_variables
-from airflow_kerr.local.ui import airflow_environment, connection_records, store_connections
 
 IDS = {"kafka_default", "spark_default", "kafka_connect_default"}
 
