@@ -1,1 +1,1 @@
-"""The DLQ replay engine: options, policy (select/fix/park), transactions, pacing, summary. No Airflow."""
+"""The DLQ replay engine: the EOS loop, its pre-flight, batch decisions, failures, policy, transactions. No Airflow."""

@@ -29,6 +29,7 @@ from airflow_kerr.replay.policy import (
     HEADER_REPLAY_RUN,
     HEADER_REPLAY_SOURCE,
 )
+from airflow_kerr.replay.preflight import Preflight
 from airflow_kerr.replay.size import batch_size, record_size
 from tests.clock import RECENT_MS
 
@@ -174,7 +175,7 @@ def test_a_record_the_broker_refuses_aborts_once_and_is_parked_on_the_retry(
     turn (seen on noida-db in 1 of 5 fresh-clone runs). So the test counts the refusals, not
     every abort.
     """
-    monkeypatch.setattr(DlqReplay, "_topic_max_message_bytes", lambda self, topic: None)
+    monkeypatch.setattr(Preflight, "_topic_max_message_bytes", lambda self, topic: None)
     source = create(kafka_config, unique_topic, max_message_bytes=20_000)
     dlq = create(kafka_config, f"{unique_topic}.dlq")
     big = value_for(20_001, b"k-1", lineage(dlq, 1), batch_size)
@@ -204,7 +205,7 @@ def test_a_record_too_large_even_to_park_is_dropped_counted_and_logged(
 ) -> None:
     """A 30,000-byte header does not fit the 20,000-byte parking topic either: the run counts it and goes on."""
     if not known_limits:
-        monkeypatch.setattr(DlqReplay, "_topic_max_message_bytes", lambda self, topic: None)
+        monkeypatch.setattr(Preflight, "_topic_max_message_bytes", lambda self, topic: None)
     source = create(kafka_config, unique_topic, max_message_bytes=20_000)
     dlq = create(kafka_config, f"{unique_topic}.dlq")
     create(kafka_config, f"{dlq}.parked", max_message_bytes=20_000)

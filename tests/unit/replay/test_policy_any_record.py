@@ -187,7 +187,7 @@ def test_a_record_whose_headers_cannot_be_read_is_parked_and_the_replay_moves_pa
 
     engine = DlqReplay({}, ReplayOptions.build(dlq_topic="orders.dlq"), run_id="run-1")
 
-    outputs, counts, positions = engine._process([UnreadableHeaders()], {0: 4}, {0: 10}, policy(), None)
+    outputs, counts, positions = engine._decider.decide([UnreadableHeaders()], {0: 4}, {0: 10}, policy(), None)
 
     ((topic, value, key, _, _),) = outputs
     assert topic == "orders.dlq.parked" and (key, value) == (b"k", b"v")

@@ -18,7 +18,7 @@ from airflow_kerr.errors import ErrorContext, SourceRecord, Stage, TaskId, build
 from airflow_kerr.errors.dead_letter import HEADER_PREFIX
 from airflow_kerr.errors.dialects import FIELD_HEADERS
 from airflow_kerr.errors.record import Header
-from airflow_kerr.replay import engine as engine_module
+from airflow_kerr.replay import batch as batch_module
 from airflow_kerr.replay.policy import (
     HEADER_REPLAY_COUNT,
     HEADER_REPLAY_RUN,
@@ -217,11 +217,11 @@ def test_a_batch_writes_and_counts_the_same_with_and_without_the_fast_path(monke
     engine = DlqReplay({}, ReplayOptions.build(dlq_topic=DLQ), run_id="run-1")
 
     def run() -> tuple[list[Outgoing], Any, dict[int, int]]:
-        outputs, counts, positions = engine._process(batch, {0: 0}, {0: 10}, policy(), None)
+        outputs, counts, positions = engine._decider.decide(batch, {0: 0}, {0: 10}, policy(), None)
         return outputs, (counts.scanned, counts.selected, counts.breakdown, counts.park_examples), positions
 
     fast = run()
-    monkeypatch.setattr(engine_module, "fast_replayer", lambda rules: lambda *record: None)
+    monkeypatch.setattr(batch_module, "fast_replayer", lambda rules: lambda *record: None)
     assert run() == fast
     assert len(fast[0]) == 6 and fast[2] == {0: 6}
 
@@ -338,12 +338,12 @@ def test_a_batch_with_a_fix_writes_and_counts_the_same_and_runs_the_fix_once_per
 
     def run() -> tuple[list[Outgoing], Any, dict[int, int]]:
         calls.clear()
-        outputs, counts, positions = engine._process(batch, {0: 0}, {0: 10}, policy(fix=fix), None)
+        outputs, counts, positions = engine._decider.decide(batch, {0: 0}, {0: 10}, policy(fix=fix), None)
         return outputs, (counts.scanned, counts.selected, counts.breakdown, counts.park_examples), positions
 
     done = run()
     assert calls == [b"v0", b"v2", b"v3", b"v5"]
-    monkeypatch.setattr(engine_module, "fast_replayer", lambda rules: lambda *record: None)
+    monkeypatch.setattr(batch_module, "fast_replayer", lambda rules: lambda *record: None)
     assert run() == done
     assert calls == [b"v0", b"v2", b"v3", b"v5"]
     outputs, (_, selected, breakdown, examples), positions = done
