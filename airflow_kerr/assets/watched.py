@@ -17,8 +17,10 @@ from airflow.sdk import Asset, AssetWatcher
 
 from airflow_kerr.assets.kafka import cluster_of, kafka_uri
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
+from airflow_kerr.kafka.tolerance import ToleranceSpec, window_ms_of
 from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
-from airflow_kerr.triggers.tolerance_settings import ToleranceSettingsTrigger
+from airflow_kerr.triggers.tolerance_events import ToleranceEventTrigger, checked_spec
+from airflow_kerr.triggers.tolerance_settings import check_event
 
 
 def dead_letter_queue_asset(
@@ -83,31 +85,46 @@ def tolerance_asset(
     before the DAG run exists; the DAG's pause task then follows up. Bad settings fail here,
     when the DAG file is parsed, with one line per problem.
     """
-    trigger = ToleranceSettingsTrigger(
-        event=event,
-        pipeline=pipeline,
-        source=source,
-        metrics_topic=metrics_topic,
-        dlq_topic=dlq_topic,
-        source_topics=source_topics,
-        consumer_group=consumer_group,
-        max_error_rate=max_error_rate,
-        max_errors=max_errors,
-        min_records=min_records,
-        window=window,
-        kafka_config_id=kafka_config_id,
-        poll_interval=poll_interval,
-        cursor_group=cursor_group,
-        pause_on_breach=pause_on_breach,
-        kafka_connect_conn_id=kafka_connect_conn_id,
+    check_event(event)
+    spec = checked_spec(
+        lambda: ToleranceSpec(
+            max_error_rate=max_error_rate,
+            max_errors=max_errors,
+            min_records=min_records,
+            window_ms=window_ms_of(window),
+            source=source,
+            pipeline=pipeline,
+            metrics_topic=metrics_topic,
+            dlq_topic=dlq_topic,
+            source_topics=tuple(source_topics or ()),
+            group_id=consumer_group,
+        ),
+        pause_on_breach,
     )
-    watched = (
-        {"pipeline": str(pipeline)} if source == "metrics" else {"dlq": str(dlq_topic), "group": str(consumer_group)}
+    return _tolerance_asset(
+        event,
+        spec,
+        uri_cluster=cluster_of(kafka_config_id, server),
+        trigger=ToleranceEventTrigger(
+            spec=spec,
+            kafka_config_id=kafka_config_id,
+            poll_interval=poll_interval,
+            cursor_group=cursor_group,
+            fire_on=event,
+            pause_on_breach=pause_on_breach,
+            kafka_connect_conn_id=kafka_connect_conn_id,
+        ),
     )
-    topic = metrics_topic if source == "metrics" else str(dlq_topic)
-    subject = pipeline if source == "metrics" else dlq_topic
+
+
+def _tolerance_asset(event: str, spec: ToleranceSpec, *, uri_cluster: str, trigger: ToleranceEventTrigger) -> Asset:
+    """The asset of ``spec``'s ``event``: named after what is watched, its URI the watched topic's plus the query."""
+    if spec.source == "metrics":
+        watched, subject = {"pipeline": str(spec.pipeline)}, spec.pipeline
+    else:
+        watched, subject = {"dlq": str(spec.dlq_topic), "group": str(spec.group_id)}, spec.dlq_topic
     return Asset(
         name=f"kerr.tolerance_{event}.{subject}",
-        uri=kafka_uri(cluster_of(kafka_config_id, server), topic, {"event": event, **watched}),
+        uri=kafka_uri(uri_cluster, spec.watched_topic, {"event": event, **watched}),
         watchers=[AssetWatcher(name=f"kerr.tolerance_{event}.{subject}", trigger=trigger)],
     )

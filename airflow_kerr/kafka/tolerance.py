@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
@@ -27,54 +27,129 @@ def seconds(value: timedelta | float) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
-def watch_problems(
-    *,
-    wait_for: str,
-    source: str,
-    max_error_rate: float | None,
-    max_errors: int | None,
-    min_records: int,
-    window: timedelta | float,
-    pipeline: str | None,
-    dlq_topic: str | None,
-    source_topics: Sequence[str] | None,
-    group_id: str | None,
-) -> list[str]:
-    """What is wrong with a tolerance watch's settings, one line per problem naming the key and the value."""
-    window_s = seconds(window)
-    problems = []
-    if wait_for not in WAIT_FOR:
-        problems.append(f"wait_for={wait_for!r}: expected one of {', '.join(WAIT_FOR)}")
-    if source not in SOURCES:
-        problems.append(f"source={source!r}: expected one of {', '.join(SOURCES)}")
-    if max_error_rate is None and max_errors is None:
-        problems.append("max_error_rate=None and max_errors=None: set at least one limit")
-    if max_error_rate is not None and not 0 <= max_error_rate <= 1:
-        problems.append(f"max_error_rate={max_error_rate!r}: expected a fraction between 0 and 1")
-    if max_errors is not None and max_errors < 0:
-        problems.append(f"max_errors={max_errors!r}: expected an integer >= 0")
-    if min_records < 0:
-        problems.append(f"min_records={min_records!r}: expected an integer >= 0")
-    if window_s <= 0:
-        problems.append(f"window={window!r}: expected a positive duration")
-    if source == "metrics" and not pipeline:
-        problems.append("pipeline: required with source='metrics' (the pipeline name in the metrics records)")
-    if source == "dlq" and not (dlq_topic and source_topics and group_id):
-        problems.append("dlq_topic, source_topics and group_id: all required with source='dlq'")
-    return problems
+def window_ms_of(window: timedelta | float) -> int:
+    """A window as a DAG author gives it (a ``timedelta`` or seconds), in whole milliseconds, as the spec keeps it."""
+    return int(seconds(window) * 1000)
 
 
-def reading_with_limits(reading: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A reading plus the limits it was judged against (``settings``: a watch's plain settings), for alerts."""
+def wait_for_problems(wait_for: str) -> list[str]:
+    """What is wrong with ``wait_for`` (kept apart from the spec: an event watch flips it, the spec stays)."""
+    return [] if wait_for in WAIT_FOR else [f"wait_for={wait_for!r}: expected one of {', '.join(WAIT_FOR)}"]
+
+
+class ToleranceSpecError(ValueError):
+    """A :class:`ToleranceSpec` refused its settings: ``problems`` holds one line per problem naming key and value.
+
+    The lines are kept apart so a door that checks more (a sensor's ``pause_on_breach``, a
+    trigger's ``fire_on``) can report every problem of a DAG author's call in one error.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("invalid tolerance settings:\n  - " + "\n  - ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class ToleranceSpec:
+    """One tolerance watch's settings: the limits, the window, and what is read; checked once, when built.
+
+    The sensor, the guard, the asset helper and the ``kerr+tolerance`` queue take these as
+    flat keyword arguments (what a DAG author writes) and build one spec at that edge; the
+    triggers, the watch and the alert's limits take the spec, so the settings are checked in
+    one place and travel as one value. Frozen: a spec shared by a breach and a recovery
+    watch cannot drift between them.
+
+    ``window_ms`` is whole milliseconds (:func:`window_ms_of` converts a ``timedelta`` or
+    seconds). ``source="metrics"`` reads ``pipeline``'s records on ``metrics_topic``;
+    ``source="dlq"`` measures ``dlq_topic``'s growth against what consumer group
+    ``group_id`` consumed of ``source_topics``. Building one with bad settings raises
+    :class:`ToleranceSpecError` listing every problem.
+    """
+
+    max_error_rate: float | None = None
+    max_errors: int | None = None
+    min_records: int = 100
+    window_ms: int = 300_000
+    source: str = "metrics"
+    pipeline: str | None = None
+    metrics_topic: str = "kerr.metrics"
+    dlq_topic: str | None = None
+    source_topics: tuple[str, ...] = ()
+    group_id: str | None = None
+
+    def __post_init__(self) -> None:
+        # A list from a DAG file or a trigger's JSON becomes a tuple: the spec stays hashable and immutable.
+        object.__setattr__(self, "source_topics", tuple(self.source_topics or ()))
+        problems = self.problems()
+        if problems:
+            raise ToleranceSpecError(problems)
+
+    def problems(self) -> list[str]:
+        """What is wrong with these settings, one line per problem naming the key, the value and what is accepted."""
+        problems = []
+        if self.source not in SOURCES:
+            problems.append(f"source={self.source!r}: expected one of {', '.join(SOURCES)}")
+        if self.max_error_rate is None and self.max_errors is None:
+            problems.append("max_error_rate=None and max_errors=None: set at least one limit")
+        if self.max_error_rate is not None and not 0 <= self.max_error_rate <= 1:
+            problems.append(f"max_error_rate={self.max_error_rate!r}: expected a fraction between 0 and 1")
+        if self.max_errors is not None and self.max_errors < 0:
+            problems.append(f"max_errors={self.max_errors!r}: expected an integer >= 0")
+        if self.min_records < 0:
+            problems.append(f"min_records={self.min_records!r}: expected an integer >= 0")
+        if self.window_ms <= 0:
+            problems.append(f"window={self.window_ms / 1000:g}: expected a positive duration")
+        if self.source == "metrics" and not self.pipeline:
+            problems.append("pipeline: required with source='metrics' (the pipeline name in the metrics records)")
+        if self.source == "dlq" and not (self.dlq_topic and self.source_topics and self.group_id):
+            problems.append("dlq_topic, source_topics and group_id: all required with source='dlq'")
+        return problems
+
+    @property
+    def watched_topic(self) -> str:
+        """The topic the watch reads: the metrics topic, or the DLQ in the metrics-free mode."""
+        return self.metrics_topic if self.source == "metrics" else str(self.dlq_topic)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able form a trigger serializes: the same keys and values the settings dict had before the spec.
+
+        Unchanged on purpose: an asset watcher's default cursor group is a hash of this dict,
+        so a watch keeps its saved state (healthy or breached) across an upgrade.
+        """
+        return {
+            "window_ms": self.window_ms,
+            "max_error_rate": self.max_error_rate,
+            "max_errors": self.max_errors,
+            "min_records": self.min_records,
+            "source": self.source,
+            "pipeline": self.pipeline,
+            "metrics_topic": self.metrics_topic,
+            "dlq_topic": self.dlq_topic,
+            "source_topics": list(self.source_topics),
+            "group_id": self.group_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToleranceSpec:
+        """The spec :meth:`to_dict` wrote (a key it lacks takes its default; an unknown key is refused by name)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ToleranceSpecError([f"{key}={data[key]!r}: not a tolerance setting" for key in unknown])
+        return cls(**data)
+
+
+def reading_with_limits(reading: Mapping[str, Any], spec: ToleranceSpec, wait_for: str) -> dict[str, Any]:
+    """A reading plus the limits it was judged against, for alerts and the branches downstream."""
     return {
         **reading,
-        "pipeline": settings.get("pipeline"),
-        "wait_for": settings.get("wait_for"),
-        "max_error_rate": settings.get("max_error_rate"),
-        "max_errors": settings.get("max_errors"),
-        "min_records": settings.get("min_records"),
-        "window_s": settings["window_ms"] / 1000,
-        "dlq_topic": settings.get("dlq_topic"),
+        "pipeline": spec.pipeline,
+        "wait_for": wait_for,
+        "max_error_rate": spec.max_error_rate,
+        "max_errors": spec.max_errors,
+        "min_records": spec.min_records,
+        "window_s": spec.window_ms / 1000,
+        "dlq_topic": spec.dlq_topic,
     }
 
 
@@ -202,49 +277,49 @@ class ToleranceWatch:
     ``breach``: the window's errors or error rate pass a limit. ``recovery``: a
     window that saw at least ``min_records`` is under every limit, and (for the
     sampled DLQ mode) the samples cover the whole window. An idle pipeline is not
-    taken as recovered: there is no evidence either way.
+    taken as recovered: there is no evidence either way. The settings are ``spec``'s;
+    ``wait_for`` is the watch's own, since an event watch flips it after each transition.
     """
 
     kafka_config: dict[str, Any]
     wait_for: str
-    window_ms: int
-    max_error_rate: float | None
-    max_errors: int | None
-    min_records: int
-    source: str = "metrics"
-    pipeline: str | None = None
-    metrics_topic: str = "kerr.metrics"
-    dlq_topic: str | None = None
-    source_topics: list[str] = field(default_factory=list)
-    group_id: str | None = None
+    spec: ToleranceSpec
     samples: list[ConsumptionSample] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        problems = wait_for_problems(self.wait_for)
+        if problems:
+            raise ValueError(problems[0])
+
     def read(self) -> ToleranceReading | None:
-        if self.source == "metrics":
-            assert self.pipeline is not None
-            return metrics_window(self.kafka_config, self.metrics_topic, self.pipeline, self.window_ms)
-        assert self.dlq_topic is not None and self.group_id is not None
-        sample = consumption_sample(self.kafka_config, self.dlq_topic, self.source_topics, self.group_id)
-        self.samples = [s for s in self.samples if s.at_ms >= sample.at_ms - 2 * self.window_ms] + [sample]
-        return consumption_window(self.samples, self.window_ms)
+        spec = self.spec
+        if spec.source == "metrics":
+            assert spec.pipeline is not None
+            return metrics_window(self.kafka_config, spec.metrics_topic, spec.pipeline, spec.window_ms)
+        assert spec.dlq_topic is not None and spec.group_id is not None
+        sample = consumption_sample(self.kafka_config, spec.dlq_topic, spec.source_topics, spec.group_id)
+        self.samples = [s for s in self.samples if s.at_ms >= sample.at_ms - 2 * spec.window_ms] + [sample]
+        return consumption_window(self.samples, spec.window_ms)
 
     def check(self) -> tuple[bool, ToleranceReading | None]:
         """One reading, and whether the sensor's condition holds on it."""
         reading = self.read()
         if reading is None:
             return False, None
-        breached = reading.breaches(self.max_error_rate, self.max_errors, self.min_records)
+        spec = self.spec
+        breached = reading.breaches(spec.max_error_rate, spec.max_errors, spec.min_records)
         if self.wait_for == "breach":
             return breached, reading
-        covered = self.source == "metrics" or reading.window_end_ms - reading.window_start_ms >= self.window_ms
-        return (not breached and covered and reading.records_in >= self.min_records), reading
+        covered = spec.source == "metrics" or reading.window_end_ms - reading.window_start_ms >= spec.window_ms
+        return (not breached and covered and reading.records_in >= spec.min_records), reading
 
     def describe(self, reading: ToleranceReading | None) -> str:
         if reading is None:
             return "no reading yet (the DLQ mode needs two samples)"
+        spec = self.spec
         limits = []
-        if self.max_error_rate is not None:
-            limits.append(f"rate {reading.error_rate:.2%} vs max {self.max_error_rate:.2%}")
-        if self.max_errors is not None:
-            limits.append(f"errors {reading.errors} vs max {self.max_errors}")
-        return f"{', '.join(limits)}; {reading.records_in} records in the last {self.window_ms // 1000} s"
+        if spec.max_error_rate is not None:
+            limits.append(f"rate {reading.error_rate:.2%} vs max {spec.max_error_rate:.2%}")
+        if spec.max_errors is not None:
+            limits.append(f"errors {reading.errors} vs max {spec.max_errors}")
+        return f"{', '.join(limits)}; {reading.records_in} records in the last {spec.window_ms // 1000} s"

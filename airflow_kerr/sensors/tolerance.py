@@ -12,9 +12,19 @@ from airflow_kerr.compat import AirflowException, AirflowSensorTimeout, conf
 from airflow_kerr.hooks.breach_pause import connectors_to_pause, pause_on_breach
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
-from airflow_kerr.kafka.tolerance import ToleranceWatch, reading_with_limits, seconds, watch_problems
+from airflow_kerr.kafka.tolerance import (
+    ToleranceSpec,
+    ToleranceSpecError,
+    ToleranceWatch,
+    reading_with_limits,
+    wait_for_problems,
+    window_ms_of,
+)
 from airflow_kerr.triggers.base import defer_sensor
 from airflow_kerr.triggers.tolerance import ToleranceTrigger
+
+#: The flat watch settings' defaults (``pipeline`` … ``dlq_topic``): with ``spec`` given, they must stay so.
+FLAT_DEFAULTS = (None, "kerr.metrics", timedelta(minutes=5), None, None, 100, "metrics", None)
 
 
 class ToleranceSensor(BaseSensorOperator):
@@ -37,6 +47,12 @@ class ToleranceSensor(BaseSensorOperator):
     any downstream task starts (seconds count while bad records flow into a sink); the
     result's ``paused_on_breach`` says, per connector, when Connect accepted the pause or
     why it did not. A pause task downstream then follows up and waits for PAUSED.
+
+    The watch settings (``pipeline`` … ``group_id``) make one
+    :class:`~airflow_kerr.kafka.tolerance.ToleranceSpec`, checked here when the DAG file is
+    parsed and built again from the rendered templates when the task runs
+    (:meth:`tolerance_spec`); the trigger and the watch take that spec. Code that already
+    holds a spec (the tolerance guard) passes it as ``spec`` instead of those arguments.
     """
 
     template_fields: Sequence[str] = ("pipeline", "metrics_topic", "dlq_topic", "source_topics", "group_id")
@@ -59,65 +75,77 @@ class ToleranceSensor(BaseSensorOperator):
         pause_on_breach: str | Sequence[str] = (),
         kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        spec: ToleranceSpec | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        window_s = seconds(window)
-        problems = watch_problems(
-            wait_for=wait_for,
-            source=source,
-            max_error_rate=max_error_rate,
-            max_errors=max_errors,
-            min_records=min_records,
-            window=window,
-            pipeline=pipeline,
-            dlq_topic=dlq_topic,
-            source_topics=source_topics,
-            group_id=group_id,
-        )
+        problems = wait_for_problems(wait_for)
+        flat = (pipeline, metrics_topic, window, max_error_rate, max_errors, min_records, source, dlq_topic)
+        if spec is not None and (flat, source_topics, group_id) != (FLAT_DEFAULTS, None, None):
+            problems.append("spec: given with watch settings (pipeline … group_id); give the one or the others")
+        if spec is None:
+            try:
+                spec = ToleranceSpec(
+                    max_error_rate=max_error_rate,
+                    max_errors=max_errors,
+                    min_records=min_records,
+                    window_ms=window_ms_of(window),
+                    source=source,
+                    pipeline=pipeline,
+                    metrics_topic=metrics_topic,
+                    dlq_topic=dlq_topic,
+                    source_topics=tuple(source_topics or ()),
+                    group_id=group_id,
+                )
+            except ToleranceSpecError as error:
+                problems += error.problems
         pause, pause_problems = connectors_to_pause(pause_on_breach)
         problems += pause_problems
         if pause and wait_for != "breach":
             problems.append(f"pause_on_breach={pause_on_breach!r}: only with wait_for='breach', not {wait_for!r}")
-        if problems:
+        if problems or spec is None:
             raise ValueError("invalid ToleranceSensor arguments:\n  - " + "\n  - ".join(problems))
         self.kafka_config_id = kafka_config_id
-        self.pipeline = pipeline
-        self.metrics_topic = metrics_topic
-        self.window_ms = int(window_s * 1000)
-        self.max_error_rate = max_error_rate
-        self.max_errors = max_errors
-        self.min_records = min_records
+        # Kept flat: the names are template fields, rendered before tolerance_spec() rebuilds the spec.
+        self.pipeline = spec.pipeline
+        self.metrics_topic = spec.metrics_topic
+        self.window_ms = spec.window_ms
+        self.max_error_rate = spec.max_error_rate
+        self.max_errors = spec.max_errors
+        self.min_records = spec.min_records
         self.wait_for = wait_for
-        self.source = source
-        self.dlq_topic = dlq_topic
-        self.source_topics = list(source_topics or [])
-        self.group_id = group_id
+        self.source = spec.source
+        self.dlq_topic = spec.dlq_topic
+        self.source_topics = list(spec.source_topics)
+        self.group_id = spec.group_id
         self.pause_on_breach = pause
         self.kafka_connect_conn_id = kafka_connect_conn_id
         self.deferrable = deferrable
         self._watch: ToleranceWatch | None = None
 
+    def tolerance_spec(self) -> ToleranceSpec:
+        """The spec of the settings as they stand: after rendering, with the templated names filled in."""
+        return ToleranceSpec(
+            max_error_rate=self.max_error_rate,
+            max_errors=self.max_errors,
+            min_records=self.min_records,
+            window_ms=self.window_ms,
+            source=self.source,
+            pipeline=self.pipeline,
+            metrics_topic=self.metrics_topic,
+            dlq_topic=self.dlq_topic,
+            source_topics=tuple(self.source_topics),
+            group_id=self.group_id,
+        )
+
     def watch_settings(self) -> dict[str, Any]:
-        """The watch's plain settings: what the trigger serializes."""
-        return {
-            "wait_for": self.wait_for,
-            "window_ms": self.window_ms,
-            "max_error_rate": self.max_error_rate,
-            "max_errors": self.max_errors,
-            "min_records": self.min_records,
-            "source": self.source,
-            "pipeline": self.pipeline,
-            "metrics_topic": self.metrics_topic,
-            "dlq_topic": self.dlq_topic,
-            "source_topics": list(self.source_topics),
-            "group_id": self.group_id,
-        }
+        """The plain settings the trigger took before :class:`ToleranceSpec` (``wait_for`` plus the spec's dict)."""
+        return {"wait_for": self.wait_for, **self.tolerance_spec().to_dict()}
 
     def watch(self) -> ToleranceWatch:
         if self._watch is None:
             config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
-            self._watch = ToleranceWatch(kafka_config=config, **self.watch_settings())
+            self._watch = ToleranceWatch(kafka_config=config, wait_for=self.wait_for, spec=self.tolerance_spec())
         return self._watch
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
@@ -131,7 +159,7 @@ class ToleranceSensor(BaseSensorOperator):
 
     def result(self, reading: dict[str, Any], paused: dict[str, Any] | None = None) -> dict[str, Any]:
         """The reading plus the limits it was judged against, for notifiers and branches downstream."""
-        result = reading_with_limits(reading, self.watch_settings())
+        result = reading_with_limits(reading, self.tolerance_spec(), self.wait_for)
         return {**result, "paused_on_breach": paused} if paused else result
 
     def execute(self, context: Context) -> Any:
@@ -140,7 +168,8 @@ class ToleranceSensor(BaseSensorOperator):
         defer_sensor(
             self,
             ToleranceTrigger,
-            watch=self.watch_settings(),
+            spec=self.tolerance_spec(),
+            wait_for=self.wait_for,
             kafka_config_id=self.kafka_config_id,
             pause_on_breach=self.pause_on_breach,
             kafka_connect_conn_id=self.kafka_connect_conn_id,

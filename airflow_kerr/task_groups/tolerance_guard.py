@@ -23,7 +23,7 @@ from airflow.sdk import TaskGroup, task
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.dead_letters import alert_sample
-from airflow_kerr.kafka.tolerance import seconds
+from airflow_kerr.kafka.tolerance import ToleranceSpec, seconds, window_ms_of
 from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.operators.connector_control import PauseConnectorOperator, ResumeConnectorOperator
 from airflow_kerr.sensors.connector_state import ConnectorStateSensor
@@ -66,6 +66,9 @@ def tolerance_guard(
     templated; connections are read when the alert is sent). Setting the DAG param ``go_ahead_param``
     to true resumes without waiting for recovery: the on-call person's override.
     Arguments are keyword-only, so a misspelt one fails with a ``TypeError`` naming it.
+
+    The watch settings make one :class:`~airflow_kerr.kafka.tolerance.ToleranceSpec`, built
+    (and checked) here once; both sensors take it, and the alert names its pipeline and DLQ.
     """
     if source == "dlq" and not consumer_group:
         raise ValueError(
@@ -74,18 +77,21 @@ def tolerance_guard(
         )
     names = [connectors] if isinstance(connectors, str) else list(connectors)
     timeouts = {name: seconds(value) for name, value in (("breach", breach_timeout), ("recovery", recovery_timeout))}
+    spec = ToleranceSpec(
+        max_error_rate=max_error_rate,
+        max_errors=max_errors,
+        min_records=min_records,
+        window_ms=window_ms_of(window),
+        source=source,
+        pipeline=pipeline,
+        metrics_topic=metrics_topic,
+        dlq_topic=dlq_topic,
+        source_topics=tuple(source_topics or ()),
+        group_id=consumer_group,
+    )
     watch: dict[str, Any] = {
+        "spec": spec,
         "kafka_config_id": kafka_config_id,
-        "pipeline": pipeline,
-        "metrics_topic": metrics_topic,
-        "window": window,
-        "max_error_rate": max_error_rate,
-        "max_errors": max_errors,
-        "min_records": min_records,
-        "source": source,
-        "dlq_topic": dlq_topic,
-        "source_topics": source_topics,
-        "group_id": consumer_group,
         "poke_interval": poke_interval,
         "deferrable": deferrable,
     }
@@ -111,8 +117,8 @@ def tolerance_guard(
         def notify(**context: Any) -> dict[str, Any]:
             """Alert with the DLQ's newest dead letters quoted; a notification failure never fails the guard."""
             notifier_task = ToleranceBreachNotifier(
-                pipeline=pipeline,
-                dlq_topic=dlq_topic,
+                pipeline=spec.pipeline,
+                dlq_topic=spec.dlq_topic,
                 breach_task_id=breach.task_id,
                 **dict(notifier or {}),
             )

@@ -8,45 +8,74 @@ DLQ mode keeps its samples in the trigger while it runs.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_kerr.hooks.breach_pause import pause_on_breach
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
-from airflow_kerr.kafka.tolerance import ToleranceReading, ToleranceWatch
+from airflow_kerr.kafka.tolerance import ToleranceReading, ToleranceSpec, ToleranceWatch
 from airflow_kerr.triggers.base import PollingTrigger
 
 
 class ToleranceTrigger(PollingTrigger):
-    """Poll a :class:`ToleranceWatch` built from ``watch`` (its plain settings) until its condition holds.
+    """Poll a :class:`ToleranceWatch` on ``spec`` until it sees ``wait_for`` (``breach`` or ``recovery``).
 
+    ``spec`` is a :class:`~airflow_kerr.kafka.tolerance.ToleranceSpec`, or the dict its
+    ``to_dict()`` wrote (what :meth:`serialize` stores and the triggerer hands back).
     With ``deadline`` (Unix time) it fires ``timeout`` with the last reading once the deadline passes.
     Waiting for a breach, it first asks Kafka Connect to pause ``pause_on_breach`` (see
     :mod:`airflow_kerr.hooks.breach_pause`); the event's ``paused_on_breach`` says how that went.
+
+    ``watch`` is how a previous version serialized the settings (``wait_for`` and the spec's
+    keys in one dict); it is still read, so a sensor deferred before an upgrade resumes after
+    it. It takes the place of ``spec`` and ``wait_for``, and the trigger serializes the new way.
     """
 
-    fields = ("watch", "poll_interval", "kafka_config_id", "deadline", "pause_on_breach", "kafka_connect_conn_id")
+    fields = (
+        "spec",
+        "wait_for",
+        "poll_interval",
+        "kafka_config_id",
+        "deadline",
+        "pause_on_breach",
+        "kafka_connect_conn_id",
+    )
 
     def __init__(
         self,
-        watch: dict[str, Any],
+        spec: ToleranceSpec | Mapping[str, Any] | None = None,
+        wait_for: str = "breach",
         poll_interval: float = 30.0,
         kafka_config_id: str = "kafka_default",
         deadline: float | None = None,
         pause_on_breach: list[str] | None = None,
         kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
+        watch: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.watch = watch
+        if watch is not None:  # stored by a previous version: {"wait_for": ..., **spec}
+            settings = dict(watch)
+            wait_for = settings.pop("wait_for", wait_for)
+            spec = spec if spec is not None else settings
+        if spec is None:
+            raise TypeError("ToleranceTrigger: spec is required (a ToleranceSpec or its to_dict())")
+        self.spec = spec if isinstance(spec, ToleranceSpec) else ToleranceSpec.from_dict(spec)
+        self.wait_for = wait_for
         self.poll_interval = poll_interval
         self.kafka_config_id = kafka_config_id
         self.deadline = deadline
         self.pause_on_breach = list(pause_on_breach or [])
         self.kafka_connect_conn_id = kafka_connect_conn_id
 
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """The fields, with the spec as the plain dict the triggerer can store as JSON."""
+        classpath, kwargs = super().serialize()
+        return classpath, {**kwargs, "spec": self.spec.to_dict()}
+
     async def open(self) -> None:
         config = await asyncio.to_thread(KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config)
-        self._watch = ToleranceWatch(kafka_config=config, **self.watch)
+        self._watch = ToleranceWatch(kafka_config=config, wait_for=self.wait_for, spec=self.spec)
         self._reading: ToleranceReading | None = None
 
     async def poll(self) -> dict[str, Any] | None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_kerr.hooks.breach_pause import connectors_to_pause, pause_on_breach
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.dead_letters import alert_sample
-from airflow_kerr.kafka.tolerance import ToleranceWatch, reading_with_limits, watch_problems
+from airflow_kerr.kafka.tolerance import ToleranceSpec, ToleranceSpecError, ToleranceWatch, reading_with_limits
 from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
 from airflow_kerr.triggers.watch import CursorStream, WatchTrigger, default_cursor_group
 
@@ -33,7 +33,7 @@ class ToleranceTransitionStream(CursorStream):
     def __init__(
         self,
         *,
-        watch: dict[str, Any],
+        spec: ToleranceSpec,
         cursor_group: str,
         kafka_config_id: str,
         poll_interval: float,
@@ -41,16 +41,15 @@ class ToleranceTransitionStream(CursorStream):
         kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
     ) -> None:
         super().__init__(kafka_config_id=kafka_config_id, poll_interval=poll_interval)
-        self.settings = watch
+        self.spec = spec
         self.cursor_group = cursor_group
         self.pause_on_breach = list(pause_on_breach)
         self.kafka_connect_conn_id = kafka_connect_conn_id
         self._watch: ToleranceWatch | None = None
 
     def cursor(self) -> WatchCursor:
-        self._watch = ToleranceWatch(kafka_config=self.kafka_config, wait_for="breach", **self.settings)
-        topic = self.settings["metrics_topic"] if self.settings["source"] == "metrics" else self.settings["dlq_topic"]
-        return WatchCursor(self.kafka_config, self.cursor_group, topic)
+        self._watch = ToleranceWatch(kafka_config=self.kafka_config, wait_for="breach", spec=self.spec)
+        return WatchCursor(self.kafka_config, self.cursor_group, self.spec.watched_topic)
 
     def first_position(self) -> WatchPosition:
         return WatchPosition(state={"state": "healthy"})
@@ -63,14 +62,13 @@ class ToleranceTransitionStream(CursorStream):
         holds, reading = self._watch.check()
         if not holds or reading is None:
             return []
-        settings = {**self.settings, "wait_for": self._watch.wait_for}
         if breached:
             event = {"status": "recovery", "breach_id": state.get("breach_id")}
             after = {"state": "healthy", "last_breach_id": state.get("breach_id")}
         else:
             paused = pause_on_breach(self.kafka_connect_conn_id, self.pause_on_breach)  # first: seconds matter
-            breach_id = f"{self.settings.get('pipeline') or self.settings.get('dlq_topic')}@{reading.window_end_ms}"
-            dlq = self.settings.get("dlq_topic")
+            breach_id = f"{self.spec.pipeline or self.spec.dlq_topic}@{reading.window_end_ms}"
+            dlq = self.spec.dlq_topic
             sample, problem = alert_sample(lambda: self.kafka_config, dlq)
             if problem:  # the breach is news without its sample; the alert says why it has none
                 log.warning("no dead-letter sample from %s for the breach event: %s", dlq, problem)
@@ -78,16 +76,39 @@ class ToleranceTransitionStream(CursorStream):
             if paused:
                 event["paused_on_breach"] = paused
             after = {"state": "breached", "breach_id": breach_id, "since_ms": reading.window_end_ms}
-        return [({**event, **reading_with_limits(reading.as_dict(), settings)}, WatchPosition(state=after))]
+        return [
+            (
+                {**event, **reading_with_limits(reading.as_dict(), self.spec, self._watch.wait_for)},
+                WatchPosition(state=after),
+            )
+        ]
+
+
+def invalid_settings(problems: Sequence[str]) -> ValueError:
+    """The one error for bad tolerance watch settings, however the watch was asked for (asset, queue, trigger)."""
+    return ValueError("invalid ToleranceEventTrigger arguments:\n  - " + "\n  - ".join(problems))
+
+
+def checked_spec(build: Callable[[], ToleranceSpec], pause_on_breach: str | Sequence[str]) -> ToleranceSpec:
+    """``build()``'s spec, or one error listing its problems and ``pause_on_breach``'s together.
+
+    For the doors a DAG author writes flat settings into (``tolerance_asset``, the
+    ``kerr+tolerance`` queue): every problem of the call is named at once, when the DAG
+    file is parsed, in the words the trigger uses.
+    """
+    try:
+        return build()
+    except ToleranceSpecError as error:
+        raise invalid_settings(error.problems + connectors_to_pause(pause_on_breach)[1]) from None
 
 
 class ToleranceEventTrigger(WatchTrigger):
     """For an ``AssetWatcher``: fires on a tolerance breach, and (separately) on recovery from it.
 
-    ``watch`` holds :class:`ToleranceWatch`'s plain settings (as the sensor's
-    ``watch_settings()``, without ``wait_for``); ``fire_on`` picks the transitions this
-    trigger fires on. Two triggers with the same watch (one per asset: breach, recovery)
-    share one poll loop and one state. The payload: ``status`` (``breach`` or
+    ``spec`` is the watch's :class:`~airflow_kerr.kafka.tolerance.ToleranceSpec` (or the
+    dict its ``to_dict()`` wrote, as the triggerer hands it back); ``fire_on`` picks the
+    transitions this trigger fires on. Two triggers with the same spec (one per asset:
+    breach, recovery) share one poll loop and one state. The payload: ``status`` (``breach`` or
     ``recovery``), ``breach_id`` (the same on a breach and on its recovery, and on a
     repeat after a triggerer restart), the reading (``records_in``, ``errors``,
     ``error_rate``, ``window_start_ms``/``window_end_ms``) and the limits, ``pipeline``
@@ -95,10 +116,15 @@ class ToleranceEventTrigger(WatchTrigger):
     ``pause_on_breach`` names Kafka Connect connectors (on ``kafka_connect_conn_id``) the
     watch pauses the moment it sees a breach, before the event exists; the breach payload's
     ``paused_on_breach`` says, per connector, when Connect accepted the pause or why not.
+
+    ``watch`` is the name a previous version stored the same dict under; a watcher stored
+    that way is still read (it takes the place of ``spec``) and serializes the new way.
+    The default cursor group hashes the spec's dict, which kept its keys, so an upgraded
+    watch keeps its saved state.
     """
 
     fields = (
-        "watch",
+        "spec",
         "kafka_config_id",
         "poll_interval",
         "cursor_group",
@@ -107,7 +133,7 @@ class ToleranceEventTrigger(WatchTrigger):
         "kafka_connect_conn_id",
     )
     stream_fields = (
-        "watch",
+        "spec",
         "kafka_config_id",
         "poll_interval",
         "cursor_group",
@@ -117,48 +143,46 @@ class ToleranceEventTrigger(WatchTrigger):
 
     def __init__(
         self,
-        watch: dict[str, Any],
+        spec: ToleranceSpec | Mapping[str, Any] | None = None,
         kafka_config_id: str = "kafka_default",
         poll_interval: float = 5.0,
         cursor_group: str | None = None,
         fire_on: str | Sequence[str] = FIRE_ON,
         pause_on_breach: Sequence[str] = (),
         kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
+        watch: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        settings: dict[str, Any] = {key: watch.get(key) for key in WATCH_KEYS}
-        problems = watch_problems(wait_for="breach", window=watch["window_ms"] / 1000, **settings)
+        spec = spec if spec is not None else watch  # watch=: a previous version's name for the same dict
+        problems: list[str] = []
+        try:
+            if spec is None:
+                raise ToleranceSpecError(["spec: required (a ToleranceSpec or its to_dict())"])
+            self.spec = spec if isinstance(spec, ToleranceSpec) else ToleranceSpec.from_dict(spec)
+        except ToleranceSpecError as error:
+            problems += error.problems
         fire = [fire_on] if isinstance(fire_on, str) else list(fire_on)
         problems += [f"fire_on={name!r}: expected {' or '.join(FIRE_ON)}" for name in fire if name not in FIRE_ON]
         pause, pause_problems = connectors_to_pause(pause_on_breach)
         problems += pause_problems
         if problems:
-            raise ValueError("invalid ToleranceEventTrigger arguments:\n  - " + "\n  - ".join(problems))
-        self.watch = dict(watch)
+            raise invalid_settings(problems)
         self.kafka_config_id = kafka_config_id
         self.poll_interval = poll_interval
-        subject = str(watch.get("pipeline") or watch.get("dlq_topic"))
-        self.cursor_group = cursor_group or default_cursor_group("tolerance", subject, self.watch)
+        subject = str(self.spec.pipeline or self.spec.dlq_topic)  # as before the spec: the group keeps its name
+        self.cursor_group = cursor_group or default_cursor_group("tolerance", subject, self.spec.to_dict())
         self.fire_on = fire
         self.pause_on_breach = pause
         self.kafka_connect_conn_id = kafka_connect_conn_id
 
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """The fields, with the spec as the plain dict the triggerer can store as JSON."""
+        classpath, kwargs = super().serialize()
+        return classpath, {**kwargs, "spec": self.spec.to_dict()}
+
     @classmethod
     def stream(cls, settings: dict[str, Any]) -> CursorStream:
-        return ToleranceTransitionStream(**settings)
+        return ToleranceTransitionStream(**{**settings, "spec": ToleranceSpec.from_dict(settings["spec"])})
 
     def fires_on(self, event: dict[str, Any]) -> bool:
         return event.get("status") in self.fire_on
-
-
-#: The watch settings :func:`watch_problems` checks (besides the window, given in seconds).
-WATCH_KEYS = (
-    "source",
-    "max_error_rate",
-    "max_errors",
-    "min_records",
-    "pipeline",
-    "dlq_topic",
-    "source_topics",
-    "group_id",
-)

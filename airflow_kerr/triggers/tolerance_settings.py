@@ -3,8 +3,9 @@
 Two doors lead to the tolerance watch: :func:`~airflow_kerr.assets.watched.tolerance_asset`
 and common.messaging's ``MessageQueueTrigger(scheme="kerr+tolerance", ...)``. Both take
 the sensor's flat keyword arguments (``pipeline``, ``max_error_rate``, ``window`` ...);
-this class turns them into the trigger's one ``watch`` dict, checked here, when the DAG
-file is parsed. It serializes as the :class:`ToleranceEventTrigger` it is, so the
+this class (the queue's door; the asset helper builds its spec itself) turns them into the
+trigger's one :class:`~airflow_kerr.kafka.tolerance.ToleranceSpec`, checked here, when the
+DAG file is parsed. It serializes as the :class:`ToleranceEventTrigger` it is, so the
 triggerer runs that class and two watchers with the same settings share one poll loop and
 one state, whichever door each came through.
 """
@@ -16,11 +17,17 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
-from airflow_kerr.kafka.tolerance import seconds
-from airflow_kerr.triggers.tolerance_events import FIRE_ON, ToleranceEventTrigger
+from airflow_kerr.kafka.tolerance import ToleranceSpec, window_ms_of
+from airflow_kerr.triggers.tolerance_events import FIRE_ON, ToleranceEventTrigger, checked_spec
 
 #: What the triggerer instantiates: the watch itself, not this door to it.
 CLASSPATH = f"{ToleranceEventTrigger.__module__}.{ToleranceEventTrigger.__qualname__}"
+
+
+def check_event(event: str) -> None:
+    """Refuse an ``event`` other than ``breach`` or ``recovery``, naming it (checked first: it picks the asset)."""
+    if event not in FIRE_ON:
+        raise ValueError(f"event={event!r}: expected {' or '.join(FIRE_ON)}")
 
 
 class ToleranceSettingsTrigger(ToleranceEventTrigger):
@@ -50,22 +57,24 @@ class ToleranceSettingsTrigger(ToleranceEventTrigger):
         pause_on_breach: Sequence[str] = (),
         kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
     ) -> None:
-        if event not in FIRE_ON:
-            raise ValueError(f"event={event!r}: expected {' or '.join(FIRE_ON)}")
-        watch = {
-            "window_ms": int(seconds(window) * 1000),
-            "max_error_rate": max_error_rate,
-            "max_errors": max_errors,
-            "min_records": min_records,
-            "source": source,
-            "pipeline": pipeline,
-            "metrics_topic": metrics_topic,
-            "dlq_topic": dlq_topic,
-            "source_topics": list(source_topics or []),
-            "group_id": consumer_group,
-        }
+        check_event(event)
+        spec = checked_spec(
+            lambda: ToleranceSpec(
+                max_error_rate=max_error_rate,
+                max_errors=max_errors,
+                min_records=min_records,
+                window_ms=window_ms_of(window),
+                source=source,
+                pipeline=pipeline,
+                metrics_topic=metrics_topic,
+                dlq_topic=dlq_topic,
+                source_topics=tuple(source_topics or ()),
+                group_id=consumer_group,
+            ),
+            pause_on_breach,
+        )
         super().__init__(
-            watch=watch,
+            spec=spec,
             kafka_config_id=kafka_config_id,
             poll_interval=poll_interval,
             cursor_group=cursor_group,

@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 from airflow_kerr.errors import ErrorMetrics, SourceRecord, Stage
 from airflow_kerr.examples.orders import generate_orders
 from airflow_kerr.kafka.metrics_topic import InputRange, input_range_fields, read_metrics_records
-from airflow_kerr.kafka.tolerance import ToleranceWatch, metrics_window
+from airflow_kerr.kafka.tolerance import ToleranceSpec, ToleranceWatch, metrics_window
 from airflow_kerr.local.dead_letters import Failure
 from airflow_kerr.local.dead_letters import write_dead_letters as write_failures
 from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
@@ -110,9 +110,9 @@ def test_dlq_sensor_rejects_bad_arguments_naming_them() -> None:
     [
         DeadLetterQueueTrigger(topic="orders.dlq", baseline={"0": 4, "1": 0}, min_records=3, poll_interval=2.0),
         ToleranceTrigger(
-            watch=ToleranceSensor(
+            spec=ToleranceSensor(
                 task_id="t", pipeline="orders", max_error_rate=0.05, min_records=10, window=60
-            ).watch_settings(),
+            ).tolerance_spec(),
             poll_interval=1.0,
         ),
     ],
@@ -437,14 +437,15 @@ def test_metrics_free_mode_divides_dlq_growth_by_group_consumption(
     watch = ToleranceWatch(
         kafka_config=kafka_config,
         wait_for="breach",
-        window_ms=60_000,
-        max_error_rate=0.1,
-        max_errors=None,
-        min_records=50,
-        source="dlq",
-        dlq_topic=dlq,
-        source_topics=[source],
-        group_id=f"{unique_topic}-sink",
+        spec=ToleranceSpec(
+            window_ms=60_000,
+            max_error_rate=0.1,
+            min_records=50,
+            source="dlq",
+            dlq_topic=dlq,
+            source_topics=(source,),
+            group_id=f"{unique_topic}-sink",
+        ),
     )
     assert watch.check() == (False, None)
     consumer = Consumer({**kafka_config, "group.id": f"{unique_topic}-sink"})

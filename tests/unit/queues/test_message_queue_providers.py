@@ -54,7 +54,7 @@ def test_a_tolerance_watch_through_either_door_shares_one_poll_loop_and_state() 
     breach: Any = tolerance_asset(event="breach", **ORDERS).watchers[0].trigger
     classpath, kwargs = recovery.serialize()
     assert classpath == "airflow_kerr.triggers.tolerance_events.ToleranceEventTrigger", "the triggerer runs the watch"
-    assert kwargs["fire_on"] == ["recovery"] and kwargs["watch"]["window_ms"] == 300_000
+    assert kwargs["fire_on"] == ["recovery"] and kwargs["spec"]["window_ms"] == 300_000
     assert recovery.trigger.shared_stream_key() == breach.shared_stream_key()
     assert kwargs["cursor_group"] == breach.cursor_group
 
