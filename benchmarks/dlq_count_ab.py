@@ -41,7 +41,10 @@ FIGURES = ("wall_s", "cpu_s", "main_thread_cpu_s")
 #: One full count with whichever ``airflow_kerr`` is first on ``PYTHONPATH``; prints its figures as JSON.
 COUNT = """
 import json, resource, sys, time
-from airflow_kerr.kafka.dead_letter_inspection import summarize
+try:
+    from airflow_kerr.inspection.summary import summarize
+except ImportError:  # a checkout from before DLQ inspection had its own room
+    from airflow_kerr.kafka.dead_letter_inspection import summarize
 config, topic = json.loads(sys.argv[1]), sys.argv[2]
 before, started, thread = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), time.thread_time()
 chunks = [summarize(config, topic, max_records=200_000, max_seconds=1.0)]

@@ -4,7 +4,7 @@ A DLQ of ``--records`` records (default 1,000,000) is written once to ``--partit
 partitions: about 100-byte JSON values with Connect's ten ``__connect.errors.*`` headers
 (four exception classes, three stages, three source topics, one pipeline), their
 timestamps spread over six hours. Then ``--runs`` times, with the functions of
-``airflow_kerr.kafka.dead_letter_inspection`` as the view's routes call them:
+``airflow_kerr.inspection`` as the view's routes call them:
 
 - **first figures**: what the page asks for before it can show anything for a DLQ, one
   call after another (the page may overlap them; in sequence is the upper bound): the topic
@@ -96,7 +96,7 @@ def combination(i: int) -> tuple[str, str, str]:
 
 def expected_counts(count: int, dialect: str = "connect") -> dict[str, Counter[str]]:
     """What the summary must count: Spring writes no stage, so its records count under ``(none)``."""
-    from airflow_kerr.kafka.dead_letter_inspection import NONE_KEY
+    from airflow_kerr.inspection.selection import NONE_KEY
 
     counts: dict[str, Counter[str]] = {"exception_class": Counter(), "stage": Counter(), "source_topic": Counter()}
     for i in range(count):
@@ -195,12 +195,10 @@ def write_dlq(config: dict[str, Any], topic: str, count: int, partitions: int, d
 
 def one_run(config: dict[str, Any], topic: str, expected: dict[str, Counter[str]]) -> dict[str, Any]:
     """The page's calls for one DLQ, timed: first figures, then chained summary chunks to full counts."""
-    from airflow_kerr.kafka.dead_letter_inspection import (
-        list_dead_letter_queues,
-        sample_dead_letters,
-        summarize,
-        unread_for_group,
-    )
+    from airflow_kerr.inspection.backlog import unread_for_group
+    from airflow_kerr.inspection.discovery import list_dead_letter_queues
+    from airflow_kerr.inspection.samples import sample_dead_letters
+    from airflow_kerr.inspection.summary import summarize
 
     parts: dict[str, float] = {}
     cpu_before = resource.getrusage(resource.RUSAGE_SELF)

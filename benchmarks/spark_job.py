@@ -79,7 +79,7 @@ def plain_job(spark: Any, config: dict[str, Any], topic: str, sink: str) -> int:
     It runs inside the read tasks, as the real job does (``processBatches``), so both pay
     the same Spark plumbing.
     """
-    from airflow_kerr.spark.job import kerr_kafka_reader
+    from airflow_kerr.spark.driver import kerr_kafka_reader
     from airflow_kerr.spark.kafka_source import plan_offset_ranges
 
     ranges = plan_offset_ranges(config, [topic], "earliest")
@@ -116,7 +116,7 @@ def job_spec(config: dict[str, Any], topic: str, sink: str, tag: str, transforma
 
 
 def real_job(spark: Any, config: dict[str, Any], topic: str, sink: str, tag: str, transformation: str) -> int:
-    from airflow_kerr.spark.job import run_job
+    from airflow_kerr.spark.driver import run_job
 
     return int(run_job(spark, job_spec(config, topic, sink, tag, transformation), run_id=tag)["records_out"])
 
@@ -131,8 +131,9 @@ def profile_vectorized(config: dict[str, Any], topic: str) -> dict[str, Any]:
     librdkafka's own threads and the broker are not in it: ``spark_and_transfer_us`` in the
     results is what the end-to-end run costs on top, both cores counted.
     """
-    from airflow_kerr.spark.job import BatchColumns, PartitionProcessor, few_collections
+    from airflow_kerr.spark.columns import BatchColumns
     from airflow_kerr.spark.kafka_source import KafkaSourceReader, plan_offset_ranges
+    from airflow_kerr.spark.partition import PartitionProcessor, few_collections
 
     first = plan_offset_ranges(config, [topic], "earliest")[0]
     spec = job_spec(config, topic, f"{topic}.profile", "profile", VECTORIZED_TRANSFORMATION)

@@ -18,7 +18,7 @@ def transform(record: Any) -> Any:
 
 def plain_batches(batches: Iterator[Any], argument: str) -> Iterator[tuple[int]]:
     """The plain job of one read task: decode, transform, write; a record that raises is dropped, nothing else."""
-    from airflow_kerr.spark.job import BatchColumns
+    from airflow_kerr.spark.columns import BatchColumns
     from airflow_kerr.spark.sinks import ProducerChannel, encode_value
     from airflow_kerr.spark.stages import decode_json
 

@@ -115,6 +115,7 @@ class ProducerChannel:
         Raises what ``produce()`` raised when the record is refused otherwise, or refused even without them.
         """
         delivered = partial(self._dead_letter_delivered, record, False)
+        headers: Any = record.headers  # confluent-kafka's stubs want str | bytes values; None is valid too
         try:
             try:
                 # The usual case in one C call, without building keyword arguments: partition -1 lets the
@@ -126,7 +127,7 @@ class ProducerChannel:
                     -1 if record.partition is None else record.partition,
                     on_delivery=delivered,
                     timestamp=record.timestamp or 0,
-                    headers=record.headers,
+                    headers=headers,
                 )
             except BufferError:
                 self.produce(**record.produce_kwargs(), on_delivery=delivered)

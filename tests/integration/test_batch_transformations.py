@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from airflow_kerr.errors import parse_dead_letter
 from airflow_kerr.examples.orders import GeneratedOrders, generate_orders
 from airflow_kerr.kafka.offsets import end_offsets, read_to_end
-from airflow_kerr.spark import job
+from airflow_kerr.spark import driver, partition
 from airflow_kerr.spark.kafka_source import messages_to_arrow
 from airflow_kerr.spark.spec import PipelineSpec
 
@@ -54,7 +54,7 @@ def make_spec(kafka_config: dict[str, Any], topic: str, out: str, transformation
 
 
 def run_processor(kafka_config: dict[str, Any], topic: str, out: str, transformations: list[str], batch: Any) -> Any:
-    processor = job.PartitionProcessor(make_spec(kafka_config, topic, out, transformations), "diff", "part-0")
+    processor = partition.PartitionProcessor(make_spec(kafka_config, topic, out, transformations), "diff", "part-0")
     try:
         processor.process(batch)
         processor.finish()
@@ -217,7 +217,7 @@ def test_the_batch_example_pipeline_runs_on_spark(
         ["airflow_kerr.examples.orders.validate_orders", "airflow_kerr.examples.orders.add_amount_cents"],
     )
 
-    summary = job.run_job(spark, spec, run_id="batch-run")
+    summary = driver.run_job(spark, spec, run_id="batch-run")
 
     source = {(m.partition(), m.offset()): m for m in read_to_end(kafka_config, topic)}
     dead = read_to_end(kafka_config, f"{topic}.dlq")

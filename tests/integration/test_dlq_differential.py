@@ -21,7 +21,7 @@ import pytest
 from airflow_kerr.errors import parse_dead_letter
 from airflow_kerr.kafka.offsets import read_to_end
 from airflow_kerr.local.connect_worker import ConnectWorker, connector_config
-from airflow_kerr.spark.job import run_job
+from airflow_kerr.spark.driver import run_job
 from airflow_kerr.spark.spec import PipelineSpec
 
 pytestmark = pytest.mark.spark

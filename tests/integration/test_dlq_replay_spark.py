@@ -19,7 +19,7 @@ from airflow_kerr.replay.policy import (
     HEADER_REPLAY_RUN,
     HEADER_REPLAY_SOURCE,
 )
-from airflow_kerr.spark.job import run_job
+from airflow_kerr.spark.driver import run_job
 from airflow_kerr.spark.spec import PipelineSpec
 
 pytestmark = pytest.mark.spark

@@ -17,8 +17,8 @@ from airflow_kerr.errors import parse_dead_letter
 from airflow_kerr.examples.orders import GeneratedOrders, generate_orders
 from airflow_kerr.kafka.metrics_topic import read_metrics_records
 from airflow_kerr.kafka.offsets import end_offsets, offset_consumer, read_to_end, topic_partitions
-from airflow_kerr.spark import job
-from airflow_kerr.spark.job import EXIT_BEFORE_COMMIT_ENV, run_job
+from airflow_kerr.spark import driver, failures, job
+from airflow_kerr.spark.driver import EXIT_BEFORE_COMMIT_ENV, run_job
 from airflow_kerr.spark.spec import PipelineSpec
 
 pytestmark = pytest.mark.spark
@@ -145,7 +145,7 @@ def test_tolerance_none_fails_and_commits_nothing(
     with pytest.raises(Exception, match="Tolerance exceeded in error handler") as failure:
         run_job(spark, spec, run_id="run-none")
 
-    assert job.ERROR_CONTEXT_MARKER in str(failure.value)
+    assert failures.ERROR_CONTEXT_MARKER in str(failure.value)
     assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001]
 
 
@@ -262,7 +262,7 @@ def test_a_missing_dlq_topic_that_may_not_be_created_stops_the_run_before_readin
     spec.errors["errors.deadletterqueue.topic.name"] = f"{topic}.absent"
     spec.errors["errors.deadletterqueue.auto.create.topics.enable"] = "false"
 
-    with pytest.raises(job.DeadLetterTopicUnavailable, match=r"auto\.create\.topics\.enable=false"):
+    with pytest.raises(driver.DeadLetterTopicUnavailable, match=r"auto\.create\.topics\.enable=false"):
         run_job(spark, spec, run_id="no-dlq")
 
     assert read_all(kafka_config, f"{topic}.clean") == []
@@ -282,7 +282,7 @@ def test_a_failed_dlq_write_fails_the_run_and_is_counted(
 
     # Spark keeps only the last exception of the worker's chain: the Kafka error must be in its text.
     assert "KafkaError MSG_SIZE_TOO_LARGE" in str(raised.value)
-    assert any("MSG_SIZE_TOO_LARGE" in line for line in job.failure_summary(str(raised.value)))
+    assert any("MSG_SIZE_TOO_LARGE" in line for line in failures.failure_summary(str(raised.value)))
 
     assert committed(kafka_config, f"{topic}-group", topic, 2) == [-1001, -1001]
     failed = [r for r in read_metrics_records(kafka_config, f"{topic}.metrics", 0) if r.get("state") == "failed"]

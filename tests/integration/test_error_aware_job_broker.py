@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 
 from airflow_kerr.errors import DeadLetterQueueError
 from airflow_kerr.kafka.offsets import offset_consumer, read_to_end, topic_partitions
-from airflow_kerr.spark import job
+from airflow_kerr.spark import driver, failures, partition
 from airflow_kerr.spark.kafka_source import messages_to_arrow
 from airflow_kerr.spark.spec import PipelineSpec
 
@@ -60,7 +60,7 @@ def test_a_dlq_write_kafka_refuses_fails_the_task_and_says_why(
     produce(kafka_config, topic, [b'{"id": 1}', b"{not json " + b"x" * 1500, b'{"id": 3}'])
     spec = make_spec(kafka_config, topic)
     spec.kafka["message.max.bytes"] = 1000
-    processor = job.PartitionProcessor(spec, run_id="dlq-too-large", part_name="part-0")
+    processor = partition.PartitionProcessor(spec, run_id="dlq-too-large", part_name="part-0")
     batch = messages_to_arrow(read_to_end(kafka_config, topic))
 
     with caplog.at_level(logging.ERROR), pytest.raises(DeadLetterQueueError) as raised:
@@ -73,10 +73,10 @@ def test_a_dlq_write_kafka_refuses_fails_the_task_and_says_why(
     assert processor.metrics.deadletterqueue_produce_failures == 1
 
     failure = str(processor.fail(raised.value))
-    summary = job.failure_summary(f"An exception was thrown from the Python worker:\nTraceback ...\n{failure}")
+    summary = failures.failure_summary(f"An exception was thrown from the Python worker:\nTraceback ...\n{failure}")
     assert "MSG_SIZE_TOO_LARGE" in summary[0]
     assert any(line.startswith("caused by KafkaError MSG_SIZE_TOO_LARGE: ") for line in summary)
-    assert summary[-1].startswith(job.ERROR_CONTEXT_MARKER)
+    assert summary[-1].startswith(failures.ERROR_CONTEXT_MARKER)
     processor.close()
 
 
@@ -93,7 +93,7 @@ def test_replication_factor_minus_one_creates_the_dlq_topic_with_the_broker_defa
 ) -> None:
     spec = make_spec(kafka_config, unique_topic, **{"errors.deadletterqueue.topic.replication.factor": "-1"})
 
-    job.ensure_dead_letter_topic(spec, spec.validate())
+    driver.ensure_dead_letter_topic(spec, spec.validate())
 
     assert partitions_of(kafka_config, f"{unique_topic}.dlq") == 1
 
@@ -106,8 +106,8 @@ def test_a_replication_factor_the_cluster_refuses_fails_when_the_topic_is_create
     spec = make_spec(kafka_config, unique_topic, **{"errors.deadletterqueue.topic.replication.factor": factor})
     config = spec.validate()
 
-    with pytest.raises(job.DeadLetterTopicUnavailable) as raised:
-        job.ensure_dead_letter_topic(spec, config)
+    with pytest.raises(driver.DeadLetterTopicUnavailable) as raised:
+        driver.ensure_dead_letter_topic(spec, config)
 
     assert f"errors.deadletterqueue.topic.replication.factor={factor}" in str(raised.value)
     assert f"{unique_topic}.dlq" in str(raised.value)
@@ -120,6 +120,6 @@ def test_an_existing_dlq_topic_is_used_whatever_the_replication_factor_says(
     create_topic(f"{unique_topic}.dlq")
     spec = make_spec(kafka_config, unique_topic, **{"errors.deadletterqueue.topic.replication.factor": 0})
 
-    job.ensure_dead_letter_topic(spec, spec.validate())
+    driver.ensure_dead_letter_topic(spec, spec.validate())
 
     assert partitions_of(kafka_config, f"{unique_topic}.dlq") == 1

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from airflow_kerr.kafka.offsets import read_to_end
 from airflow_kerr.kafka.record_size import record_size
-from airflow_kerr.spark import job
+from airflow_kerr.spark import partition
 from airflow_kerr.spark.kafka_source import messages_to_arrow
 from airflow_kerr.spark.sinks import HEADER_RECORD_OMITTED
 from airflow_kerr.spark.spec import PipelineSpec
@@ -50,7 +50,7 @@ def topics(kafka_config: dict[str, Any], topic: str, dlq_max_message_bytes: int 
     return topic
 
 
-def run(kafka_config: dict[str, Any], topic: str, values: list[bytes], **kafka: Any) -> job.PartitionProcessor:
+def run(kafka_config: dict[str, Any], topic: str, values: list[bytes], **kafka: Any) -> partition.PartitionProcessor:
     """Produce ``values`` to ``topic`` and process them as one partition task; the task's outcome is its finish."""
     producer = Producer({**kafka_config, "message.max.bytes": 10_000_000})
     for value in values:
@@ -58,7 +58,7 @@ def run(kafka_config: dict[str, Any], topic: str, values: list[bytes], **kafka: 
     assert producer.flush(30) == 0
     spec = make_spec(kafka_config, topic)
     spec.kafka.update(kafka)
-    processor = job.PartitionProcessor(spec, run_id="too-large", part_name="part-0")
+    processor = partition.PartitionProcessor(spec, run_id="too-large", part_name="part-0")
     processor.process(messages_to_arrow(read_to_end(kafka_config, topic)))
     processor.finish()
     processor.close()

@@ -17,7 +17,7 @@ import pytest
 from airflow_kerr.examples.orders import generate_orders
 from airflow_kerr.local.connect_worker import ConnectWorker, connector_config
 from airflow_kerr.local.dead_letters import write_task_metrics
-from airflow_kerr.spark.job import run_job
+from airflow_kerr.spark.driver import run_job
 from airflow_kerr.spark.spec import PipelineSpec
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]

@@ -31,7 +31,7 @@ from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.sensors.dead_letter_queue import DeadLetterQueueSensor
 from airflow_kerr.sensors.tolerance import ToleranceSensor
 from airflow_kerr.spark import job
-from airflow_kerr.spark.job import run_job
+from airflow_kerr.spark.driver import run_job
 from airflow_kerr.spark.spec import PipelineSpec
 from airflow_kerr.triggers.dead_letter_queue import DeadLetterQueueTrigger
 from airflow_kerr.triggers.tolerance import ToleranceTrigger

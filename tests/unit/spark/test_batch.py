@@ -41,9 +41,9 @@ from airflow_kerr.spark.batch import (
     encode_json_column,
     parse_json_column,
 )
-from airflow_kerr.spark.job import uses_batch_transformations
 from airflow_kerr.spark.spec import InvalidPipelineSpec
 from airflow_kerr.spark.stages import BatchRunner, batch_transformation, decode_json, make_converter
+from airflow_kerr.spark.vectorized import uses_batch_transformations
 
 TRANSFORM = PipelineStage(Stage.TRANSFORMATION, "tests.unit.spark.test_batch.transform")
 JSON_STAGE = make_converter("json", Stage.VALUE_CONVERTER).stage

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from airflow_kerr.spark.job import load_source
+from airflow_kerr.spark.driver import load_source
 from airflow_kerr.spark.kafka_source import KafkaSourceReader, OffsetRange, register
 from airflow_kerr.spark.spec import PipelineSpec
 

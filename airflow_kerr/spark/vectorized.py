@@ -1,0 +1,190 @@
+"""The vectorized stages of a partition task: whole Arrow batches through converters, transformations and the sink.
+
+They run on executors beside the batch transformations' machinery
+(:mod:`airflow_kerr.spark.batch`) when every transformation of a pipeline is a batch
+one; the task's per-record setup (converters, retry policy, sink) is handed in as a
+:class:`TaskPipeline`, which :class:`~airflow_kerr.spark.partition.PartitionProcessor` is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_kerr.errors import (
+    PipelineStage,
+    RetryWithTolerance,
+    Stage,
+)
+from airflow_kerr.spark.batch import (
+    BatchStageRunner,
+    VectorizedJsonConverter,
+    as_arrow_function,
+    decode_string_column,
+    encode_json_column,
+    positions_of,
+)
+from airflow_kerr.spark.columns import BatchColumns
+from airflow_kerr.spark.sinks import KafkaSink, Sink
+from airflow_kerr.spark.spec import InvalidPipelineSpec
+from airflow_kerr.spark.stages import (
+    BatchRunner,
+    Converter,
+    batch_kind,
+    decode_json,
+    decode_string,
+)
+
+
+class TaskPipeline(Protocol):
+    """What the vectorized stages use of a partition task: its stages, its runner and retry policy, its sink."""
+
+    retry: RetryWithTolerance
+    runner: BatchRunner
+    key_converter: Converter
+    value_converter: Converter
+    transformations: list[tuple[PipelineStage, Any]]
+    sink: Sink
+    put_stage: PipelineStage
+
+
+def uses_batch_transformations(transformations: Sequence[tuple[PipelineStage, Any]]) -> bool:
+    """True when every transformation is a batch one; one pipeline runs one kind, so a mix is refused."""
+    batch = [stage.class_name for stage, fn in transformations if batch_kind(fn)]
+    per_record = [stage.class_name for stage, fn in transformations if not batch_kind(fn)]
+    if batch and per_record:
+        raise InvalidPipelineSpec(
+            [
+                f"transformations: {', '.join(batch)} are batch transformations (@batch_transformation) and "
+                f"{', '.join(per_record)} per-record ones: a pipeline runs one kind; mark them all, or none"
+            ]
+        )
+    return bool(batch)
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    """A batch between stages: the working columns, the source row of each, and what the converters made of them.
+
+    The converters' output is kept so the sink can tell a value no transformation changed
+    (written with its original bytes) from one that must be encoded again.
+    """
+
+    work: Any
+    rows: list[int]
+    converted_keys: Any
+    converted_values: Any
+    converted_rows: list[int]
+
+
+class VectorizedStages:
+    """The stages of a pipeline whose transformations are batch functions: whole Arrow batches, bad records isolated.
+
+    Converters decode a column at a time (JSON with pyarrow), transformations get the
+    batch, and the Kafka sink writes a value no transformation changed with its original
+    bytes. Failures follow :mod:`airflow_kerr.spark.batch`: each bad record is isolated and
+    goes through the same retry/tolerance/DLQ policy as on the per-record path.
+    """
+
+    def __init__(self, processor: TaskPipeline) -> None:
+        self.processor = processor
+        self.batch_runner = BatchStageRunner(processor.retry)
+        self.transformations = [
+            (stage, as_arrow_function(fn, stage.class_name)) for stage, fn in processor.transformations
+        ]
+        #: The vectorized JSON converter of each converter stage (key, value) that decodes JSON, kept for the task.
+        self.json_converters: dict[Stage, Any] = {
+            converter.stage.type: VectorizedJsonConverter(converter.stage, processor.runner, self.batch_runner)
+            for converter in (processor.key_converter, processor.value_converter)
+            if converter.fn is decode_json
+        }
+
+    def process(self, batch: Any, columns: BatchColumns) -> int:
+        """Run every stage over one Arrow batch of source records; return how many records the sink took."""
+        decoded = self.decode(batch, columns)
+        return self.put(self.transform(decoded, columns), columns)
+
+    def decode(self, batch: Any, columns: BatchColumns) -> DecodedBatch:
+        """The key and value converters over whole columns, then the batch transformations receive."""
+
+        processor = self.processor
+        source = columns.source_record
+        rows = list(range(batch.num_rows))
+        keys, key_rows = self.convert(processor.key_converter, batch.column("key"), rows, source)
+        values, rows = self.convert(processor.value_converter, batch.column("value"), key_rows, source)
+        if len(rows) != len(key_rows):
+            keys = keys.take(positions_of(key_rows, rows))
+        coordinates = batch.select(["topic", "partition", "offset", "timestamp"])
+        if len(rows) != batch.num_rows:
+            coordinates = coordinates.take(pa.array(rows, pa.int64()))
+        micros = coordinates.column("timestamp").cast(pa.int64())
+        work = pa.RecordBatch.from_arrays(
+            [
+                keys,
+                values,
+                coordinates.column("topic"),
+                coordinates.column("partition"),
+                coordinates.column("offset"),
+                pc.divide(micros, pa.scalar(1000, pa.int64())),
+            ],
+            ["key", "value", "topic", "partition", "offset", "timestamp"],
+        )
+        return DecodedBatch(work, rows, keys, values, rows)
+
+    def transform(self, decoded: DecodedBatch, columns: BatchColumns) -> DecodedBatch:
+        """Every batch transformation in turn, each bisecting its failures down to the bad records."""
+        work, rows = decoded.work, decoded.rows
+        for stage, fn in self.transformations:
+            work, rows = self.batch_runner.run(stage, fn, work, rows, columns.source_record)
+        return replace(decoded, work=work, rows=rows)
+
+    def put(self, decoded: DecodedBatch, columns: BatchColumns) -> int:
+        """Hand the surviving records to the sink (the TASK_PUT stage, record by record); return how many it took."""
+
+        processor = self.processor
+        work, rows = decoded.work, decoded.rows
+        sink = processor.sink
+        if not isinstance(sink, KafkaSink):
+            keys, values = work.column("key").to_pylist(), work.column("value").to_pylist()
+            done, _ = processor.runner.run(
+                processor.put_stage, sink.put, columns.pipeline_records(rows, keys, values), rows, columns.source_record
+            )
+            return len(done)
+        converted_keys, converted_values = decoded.converted_keys, decoded.converted_values
+        if rows != decoded.converted_rows:
+            positions = positions_of(decoded.converted_rows, rows)
+            converted_keys, converted_values = converted_keys.take(positions), converted_values.take(positions)
+        taken = pa.array(rows, pa.int64())
+        raw = columns.batch
+        written_keys = _to_write(work.column("key"), converted_keys, raw.column("key"), taken)
+        written_values = _to_write(work.column("value"), converted_values, raw.column("value"), taken)
+        pairs = list(zip(written_values, written_keys, strict=True))
+        done, _ = processor.runner.run(
+            processor.put_stage, sink.put_encoded, pairs, rows, columns.source_record, fast=sink.produce_value_key
+        )
+        return len(done)
+
+    def convert(self, converter: Converter, raw: Any, rows: list[int], source: Any) -> tuple[Any, list[int]]:
+        """One converter over a whole column; a value it cannot convert is reported and left out with its row."""
+
+        runner = self.processor.runner
+        if converter.fn is None:
+            return raw, rows
+        if converter.fn is decode_json:
+            return self.json_converters[converter.stage.type].convert(raw, rows, source)
+        if converter.fn is decode_string:
+            return decode_string_column(raw, rows, converter.stage, runner, source)
+        converted, kept = runner.run(converter.stage, converter.fn, raw.to_pylist(), rows, source)
+        return pa.array(converted), kept
+
+
+def _to_write(column: Any, converted: Any, raw: Any, taken: Any) -> list[Any]:
+    """The bytes a Kafka sink writes: the record's original bytes when no transformation changed the value."""
+
+    if column.type == converted.type and column.equals(converted):
+        return raw.take(taken).to_pylist()
+    return encode_json_column(column)
