@@ -30,9 +30,6 @@ from airflow_kerr.errors.exceptions import (
     ToleranceExceeded,
     UnhandledError,
     describe_error,
-    exception_class_name,
-    exception_message,
-    format_stacktrace,
     is_retriable,
 )
 from airflow_kerr.errors.masking import MASK, is_sensitive_key, mask_credentials, mask_secrets, mask_text
@@ -47,6 +44,7 @@ from airflow_kerr.errors.retry import (
     backoff_delay_ms,
     wall_clock_ms,
 )
+from airflow_kerr.errors.stacktrace import exception_class_name, exception_message, format_stacktrace
 from airflow_kerr.errors.stage import TOLERATES_ANY_EXCEPTION, PipelineStage, Stage
 
 __all__ = [

@@ -14,8 +14,8 @@ from enum import Enum
 from typing import Any, Final
 
 from airflow_kerr.errors.config import mask_credentials
-from airflow_kerr.errors.exceptions import format_stacktrace
 from airflow_kerr.errors.record import SourceRecord, TimestampType
+from airflow_kerr.errors.stacktrace import format_stacktrace
 from airflow_kerr.errors.stage import PipelineStage, Stage
 
 

@@ -53,7 +53,6 @@ from airflow_kerr.errors.dialects import (
     HeaderSet,
 )
 from airflow_kerr.errors.dialects import ERROR_HEADER_PREFIXES as DIALECT_ERROR_HEADER_PREFIXES
-from airflow_kerr.errors.exceptions import exception_class_name, exception_message, format_stacktrace
 from airflow_kerr.errors.header_reader import (
     INT16_MAX,
     INT32_MAX,
@@ -69,6 +68,7 @@ from airflow_kerr.errors.header_reader import (
     shown,
 )
 from airflow_kerr.errors.record import Header, SourceRecord, TimestampType
+from airflow_kerr.errors.stacktrace import exception_class_name, exception_message, format_stacktrace
 from airflow_kerr.errors.stage import Stage
 
 __all__ = [

@@ -38,19 +38,15 @@ from airflow_kerr.errors import (
     TaskId,
     TimestampType,
 )
-from airflow_kerr.errors import exceptions as exceptions_module
+from airflow_kerr.errors import stacktrace as stacktrace_module
 from airflow_kerr.errors.config import HeaderFormat
 from airflow_kerr.errors.dead_letter import (
     HEADER_PREFIX,
     dlq_context_headers,
 )
-from airflow_kerr.errors.exceptions import (
-    KafkaErrorLike,
-    exception_class_name,
-    exception_message,
-    is_kafka_error_like,
-)
+from airflow_kerr.errors.exceptions import KafkaErrorLike, is_kafka_error_like
 from airflow_kerr.errors.record import Header
+from airflow_kerr.errors.stacktrace import exception_class_name, exception_message
 
 # --- the reference: how a DLQ record was built before the fast path -------------------------
 
@@ -414,16 +410,16 @@ def test_code_without_source_is_formatted_every_time() -> None:
     assert_same_as_reference(sent, capture, config)
     assert not any(
         entry.sources and entry.sources[-1][0] == "<generated rule>"
-        for entry in exceptions_module._frames_cache.values()
+        for entry in stacktrace_module._frames_cache.values()
     )
 
 
 def test_the_frames_cache_starts_over_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(exceptions_module, "FRAMES_CACHE_SIZE", 2)
-    exceptions_module._frames_cache.clear()
+    monkeypatch.setattr(stacktrace_module, "FRAMES_CACHE_SIZE", 2)
+    stacktrace_module._frames_cache.clear()
     retry, sent, capture, config = handler()
     run_batch(retry, TRANSFORM_STAGE, validate, [*ORDERS, *ORDERS], [source(i) for i in range(2 * len(ORDERS))])
-    assert len(exceptions_module._frames_cache) <= 2
+    assert len(stacktrace_module._frames_cache) <= 2
     assert_same_as_reference(sent, capture, config)
 
 
