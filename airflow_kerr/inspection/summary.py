@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kerr.errors.config import LONG_MAX
 from airflow_kerr.errors.header_reader import plain_connect_of
@@ -112,6 +112,218 @@ def _start_scan(kafka_config: Mapping[str, Any], topic: str, selection: ViewSele
     )
 
 
+def _time_bounds(selection: ViewSelection) -> tuple[bool, int, int]:
+    """Whether the selection bounds time, and its ``[low, high)`` in epoch ms, open ends widened.
+
+    Worked out once per call so the per-record test is two comparisons of local integers.
+    """
+    start_ms, end_ms = selection.start_ms, selection.end_ms
+    by_time = start_ms is not None or end_ms is not None
+    return by_time, -1 if start_ms is None else start_ms, LONG_MAX if end_ms is None else end_ms
+
+
+class _ChunkCount:
+    """What one :func:`summarize` call has read so far: where each partition stands, and the tally.
+
+    A class so the reading can be split into named steps without passing a dozen values
+    around; the hot loop (:meth:`count`) binds what it needs to locals once per batch, so
+    a record costs no attribute look-up and no extra call.
+    """
+
+    def __init__(self, scan: ScanCursor, selection: ViewSelection) -> None:
+        self.nexts = {p: nxt for p, (nxt, _) in scan.partitions.items()}
+        self.ends = {p: end for p, (_, end) in scan.partitions.items()}
+        self.todo = {p for p in self.nexts if self.nexts[p] < self.ends[p]}
+        self.bucket = scan.bucket_ms
+        self.by_time, self.low_ms, self.high_ms = _time_bounds(selection)
+        #: (exception class, stage, source topic, pipeline, header set, bucket start) → records.
+        self.tally: dict[tuple[Any, ...], int] = {}
+        self.read = 0
+        self.malformed = 0
+
+    def partitions(self) -> dict[int, tuple[int, int]]:
+        """Each partition's ``(next, end)``: what the following chunk's cursor and kept consumer stand at."""
+        return {p: (self.nexts[p], self.ends[p]) for p in self.nexts}
+
+    def complete(self) -> bool:
+        """Whether every partition's range has been read to its end."""
+        return all(self.nexts[p] >= self.ends[p] for p in self.nexts)
+
+    def read_from(self, consumer: Consumer, topic: str, deadline: float, max_records: int) -> None:
+        """Consume batches until the ranges are read, ``max_records`` are counted or ``deadline`` passes.
+
+        A batch never asks for more than is left of the ranges or the record budget, so the
+        consumer stops where the cursor says the next chunk starts.
+        """
+        todo, nexts, ends = self.todo, self.nexts, self.ends
+        while todo and self.read < max_records:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            wanted = min(SCAN_BATCH, max_records - self.read, sum(ends[p] - nexts[p] for p in todo))
+            messages: list[Any] = consumer.consume(wanted, min(left, 0.1))
+            self.count(messages)
+            if not messages:
+                self.catch_up(consumer, topic)
+
+    def count(self, messages: list[Any]) -> None:
+        """Tally one batch, reading headers only: the hot loop, kept whole and on locals.
+
+        A record past its partition's end (written after the scan began) closes the range
+        uncounted; a plain Connect dead letter takes :func:`plain_connect_of` (no parse, as
+        :func:`raw_fields` does); anything else :func:`raw_fields`.
+        """
+        todo, nexts, ends, tally = self.todo, self.nexts, self.ends, self.tally
+        bucket, by_time, low_ms, high_ms = self.bucket, self.by_time, self.low_ms, self.high_ms
+        read, malformed = self.read, self.malformed
+        for message in messages:
+            if message.error() is not None:
+                continue
+            partition = message.partition()
+            offset = message.offset()
+            if partition not in todo:
+                continue
+            end = ends[partition]
+            if offset >= end:  # written after the scan began: the range is done
+                nexts[partition] = end
+                todo.discard(partition)
+                continue
+            offset += 1
+            nexts[partition] = offset
+            if offset >= end:
+                todo.discard(partition)
+            read += 1
+            headers = message.headers()
+            fast = plain_connect_of(headers)  # a plain Connect dead letter: no parse, as raw_fields does
+            if fast is None:
+                exception_class, stage, source_topic, pipeline, header_set, bad = raw_fields(headers)
+                if bad:
+                    malformed += 1
+            else:
+                source_topic, stage, exception_class, pipeline, _ = fast
+                header_set = CONNECT
+            kind, stamp = message.timestamp()
+            if kind == 0 or stamp < 0:
+                if by_time:
+                    continue
+                slot = None
+            elif by_time and not low_ms <= stamp < high_ms:
+                continue
+            else:
+                slot = stamp - stamp % bucket
+            key = (exception_class, stage, source_topic, pipeline, header_set, slot)
+            try:
+                tally[key] += 1
+            except KeyError:  # the first of its kind: a scan meets few
+                tally[key] = 1
+        self.read, self.malformed = read, malformed
+
+    def catch_up(self, consumer: Consumer, topic: str) -> None:
+        """After an empty batch, move each partition to where the consumer stands.
+
+        Offsets with no record to read (aborted transactions' records, control markers,
+        compacted gaps) yield nothing, so only the consumer's position shows a range is done.
+        """
+        todo, nexts, ends = self.todo, self.nexts, self.ends
+        if not todo:
+            return
+        for reached in consumer.position([TopicPartition(topic, p) for p in todo]):
+            if reached.offset >= 0 and reached.offset > nexts[reached.partition]:
+                nexts[reached.partition] = min(reached.offset, ends[reached.partition])
+            if nexts[reached.partition] >= ends[reached.partition]:
+                todo.discard(reached.partition)
+
+
+def _read_chunk(
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    scan: ScanCursor,
+    chunk: _ChunkCount,
+    deadline: float,
+    max_records: int,
+) -> None:
+    """Read this call's chunk with the consumer the previous chunk kept, or a new one; keep it if not done.
+
+    A consumer kept from the previous chunk of this scan stands at the cursor already (see
+    :mod:`~airflow_kerr.inspection.scan_consumers`); a miss assigns a new one there. It is
+    kept for the following chunk only when this one ended with ranges left to read, and
+    closed on any error.
+    """
+    consumer = SCAN_CONSUMERS.take(scan_key(kafka_config, topic, scan.selection, scan.partitions))
+    keep = False
+    try:
+        if consumer is None:
+            consumer = scratch_consumer(kafka_config)
+            consumer.assign([TopicPartition(topic, p, chunk.nexts[p]) for p in sorted(chunk.todo)])
+        chunk.read_from(consumer, topic, deadline, max_records)
+        keep = bool(chunk.todo)
+    finally:
+        if keep and consumer is not None:
+            SCAN_CONSUMERS.put(scan_key(kafka_config, topic, scan.selection, chunk.partitions()), consumer)
+        elif consumer is not None:
+            consumer.close()
+
+
+def _figures(
+    tally: Mapping[tuple[Any, ...], int], selection: ViewSelection
+) -> tuple[int, dict[str, Counter[str]], Counter[str]]:
+    """The matched count, counts by field and timeline of a tally, with the selection's value filters applied.
+
+    Values are decoded to text here, once per distinct key rather than once per record.
+    """
+    counts: dict[str, Counter[str]] = {name: Counter() for name in TEXT_KEYS}
+    timeline: Counter[str] = Counter()
+    matched = 0
+    for (exception_class, stage, source_topic, pipeline, header_set, slot), n in tally.items():
+        values = (
+            header_text(exception_class),
+            stage_text(stage),
+            header_text(source_topic),
+            header_text(pipeline),
+            header_set,
+        )
+        if selection.by_values and not selection.matches_values(*values):
+            continue
+        matched += n
+        for name, value in zip(TEXT_KEYS, values, strict=True):
+            counts[name][NONE_KEY if value is None else value] += n
+        if slot is not None:
+            timeline[str(slot)] += n
+    return matched, counts, timeline
+
+
+def _result(topic: str, scan: ScanCursor, chunk: _ChunkCount, selection: ViewSelection) -> DeadLetterSummaryChunk:
+    """The chunk's figures, and the cursor the following call goes on from (``None`` once complete)."""
+    matched, counts, timeline = _figures(chunk.tally, selection)
+    position = scan.position + chunk.read
+    complete = chunk.complete()
+    following = ScanCursor(
+        topic=topic,
+        selection=scan.selection,
+        bucket_ms=scan.bucket_ms,
+        oldest_ms=scan.oldest_ms,
+        newest_ms=scan.newest_ms,
+        total=scan.total,
+        position=position,
+        partitions=chunk.partitions(),
+    )
+    return DeadLetterSummaryChunk(
+        topic=topic,
+        total=scan.total,
+        read=chunk.read,
+        position=position,
+        complete=complete,
+        cursor=None if complete else following.encode(),
+        bucket_ms=scan.bucket_ms,
+        oldest_ms=scan.oldest_ms,
+        newest_ms=scan.newest_ms,
+        matched=matched,
+        malformed=chunk.malformed,
+        counts={name: dict(values.most_common()) for name, values in counts.items()},
+        timeline=dict(sorted(timeline.items(), key=lambda item: int(item[0]))),
+    )
+
+
 def summarize(
     kafka_config: Mapping[str, Any],
     topic: str,
@@ -140,127 +352,7 @@ def summarize(
     scan = (
         _start_scan(kafka_config, topic, selection) if cursor is None else ScanCursor.decode(cursor, topic, selection)
     )
-    nexts = {p: nxt for p, (nxt, end) in scan.partitions.items()}
-    ends = {p: end for p, (_, end) in scan.partitions.items()}
-    todo = {p for p in nexts if nexts[p] < ends[p]}
-    bucket = scan.bucket_ms
-    start_ms, end_ms = selection.start_ms, selection.end_ms
-    by_time = start_ms is not None or end_ms is not None
-    low_ms = -1 if start_ms is None else start_ms
-    high_ms = LONG_MAX if end_ms is None else end_ms
-    tally: dict[tuple[Any, ...], int] = {}
-    read = malformed = 0
-    if todo and max_records > 0:
-        # A consumer kept from the previous chunk of this scan stands at ``nexts`` already
-        # (see :mod:`~airflow_kerr.inspection.scan_consumers`); a miss assigns a new one there.
-        consumer = SCAN_CONSUMERS.take(scan_key(kafka_config, topic, scan.selection, scan.partitions))
-        keep = False
-        try:
-            if consumer is None:
-                consumer = scratch_consumer(kafka_config)
-                consumer.assign([TopicPartition(topic, p, nexts[p]) for p in sorted(todo)])
-            deadline = started + max_seconds
-            while todo and read < max_records:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                wanted = min(SCAN_BATCH, max_records - read, sum(ends[p] - nexts[p] for p in todo))
-                messages: list[Any] = consumer.consume(wanted, min(left, 0.1))
-                for message in messages:
-                    if message.error() is not None:
-                        continue
-                    partition = message.partition()
-                    offset = message.offset()
-                    if partition not in todo:
-                        continue
-                    end = ends[partition]
-                    if offset >= end:  # written after the scan began: the range is done
-                        nexts[partition] = end
-                        todo.discard(partition)
-                        continue
-                    offset += 1
-                    nexts[partition] = offset
-                    if offset >= end:
-                        todo.discard(partition)
-                    read += 1
-                    headers = message.headers()
-                    fast = plain_connect_of(headers)  # a plain Connect dead letter: no parse, as raw_fields does
-                    if fast is None:
-                        exception_class, stage, source_topic, pipeline, header_set, bad = raw_fields(headers)
-                        if bad:
-                            malformed += 1
-                    else:
-                        source_topic, stage, exception_class, pipeline, _ = fast
-                        header_set = CONNECT
-                    kind, stamp = message.timestamp()
-                    if kind == 0 or stamp < 0:
-                        if by_time:
-                            continue
-                        slot = None
-                    else:
-                        if by_time and not low_ms <= stamp < high_ms:
-                            continue
-                        slot = stamp - stamp % bucket
-                    key = (exception_class, stage, source_topic, pipeline, header_set, slot)
-                    try:
-                        tally[key] += 1
-                    except KeyError:  # the first of its kind: a scan meets few
-                        tally[key] = 1
-                if not messages and todo:
-                    for reached in consumer.position([TopicPartition(topic, p) for p in todo]):
-                        if reached.offset >= 0 and reached.offset > nexts[reached.partition]:
-                            nexts[reached.partition] = min(reached.offset, ends[reached.partition])
-                        if nexts[reached.partition] >= ends[reached.partition]:
-                            todo.discard(reached.partition)
-            keep = bool(todo)
-        finally:
-            if keep and consumer is not None:
-                following_partitions = {p: (nexts[p], ends[p]) for p in nexts}
-                SCAN_CONSUMERS.put(scan_key(kafka_config, topic, scan.selection, following_partitions), consumer)
-            elif consumer is not None:
-                consumer.close()
-    counts: dict[str, Counter[str]] = {name: Counter() for name in TEXT_KEYS}
-    timeline: Counter[str] = Counter()
-    matched = 0
-    for (exception_class, stage, source_topic, pipeline, header_set, slot), n in tally.items():
-        values = (
-            header_text(exception_class),
-            stage_text(stage),
-            header_text(source_topic),
-            header_text(pipeline),
-            header_set,
-        )
-        if selection.by_values and not selection.matches_values(*values):
-            continue
-        matched += n
-        for name, value in zip(TEXT_KEYS, values, strict=True):
-            counts[name][NONE_KEY if value is None else value] += n
-        if slot is not None:
-            timeline[str(slot)] += n
-    position = scan.position + read
-    complete = all(nexts[p] >= ends[p] for p in nexts)
-    following = ScanCursor(
-        topic=topic,
-        selection=scan.selection,
-        bucket_ms=bucket,
-        oldest_ms=scan.oldest_ms,
-        newest_ms=scan.newest_ms,
-        total=scan.total,
-        position=position,
-        partitions={p: (nexts[p], ends[p]) for p in nexts},
-    )
-    return DeadLetterSummaryChunk(
-        topic=topic,
-        total=scan.total,
-        read=read,
-        position=position,
-        complete=complete,
-        cursor=None if complete else following.encode(),
-        bucket_ms=bucket,
-        oldest_ms=scan.oldest_ms,
-        newest_ms=scan.newest_ms,
-        matched=matched,
-        malformed=malformed,
-        counts={name: dict(values.most_common()) for name, values in counts.items()},
-        timeline=dict(sorted(timeline.items(), key=lambda item: int(item[0]))),
-    )
+    chunk = _ChunkCount(scan, selection)
+    if chunk.todo and max_records > 0:
+        _read_chunk(kafka_config, topic, scan, chunk, started + max_seconds, max_records)
+    return _result(topic, scan, chunk, selection)
