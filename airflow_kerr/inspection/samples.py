@@ -205,42 +205,16 @@ def _read_windows(
     A window read whole marks its partition done when it reached the partition's first
     offset; one cut short by the deadline leaves the partition unfinished.
     """
-    todo = {p: windows[p].high for p in partitions if windows[p].low < windows[p].high}
-    for p in partitions:
-        if p not in todo:
-            windows[p].done = True
+    todo = _open_windows(consumer, topic, windows, partitions)
     if not todo:
         return 0
-    for p in todo:
-        windows[p].next = windows[p].low
-    consumer.assign([TopicPartition(topic, p, windows[p].low) for p in todo])
     examined = 0
     try:
         while todo and time.monotonic() < deadline:
             left = sum(todo[p] - max(windows[p].low, windows[p].next) for p in todo)
             wait = min(0.1, max(0.0, deadline - time.monotonic()))
             messages: list[Any] = consumer.consume(max(1, min(SCAN_BATCH, left)), wait)
-            for message in messages:
-                if message.error() is not None:
-                    continue
-                p, offset = message.partition(), message.offset()
-                if p not in todo or offset >= todo[p] or offset < windows[p].low:
-                    continue
-                examined += 1
-                stamp = timestamp_of(message)
-                window = windows[p]
-                window.next = offset + 1
-                if stamp is not None and (window.oldest_seen_ms is None or stamp < window.oldest_seen_ms):
-                    window.oldest_seen_ms = stamp
-                if offset + 1 >= todo[p]:
-                    todo.pop(p)
-                    if todo:  # its later records were read in an earlier window: stop fetching them
-                        consumer.incremental_unassign([TopicPartition(topic, p)])
-                fields = dead_letter_fields(message.headers())
-                if selection.matches_time(stamp) and selection.matches_values(
-                    fields.exception_class, fields.stage, fields.source_topic, fields.pipeline, fields.header_set
-                ):
-                    found.append(((-1 if stamp is None else stamp, offset, -p), message))
+            examined += _take_batch(consumer, topic, messages, windows, todo, selection, found)
             if not messages and todo:
                 for position in consumer.position([TopicPartition(topic, p) for p in todo]):
                     if position.offset >= todo[position.partition]:
@@ -251,4 +225,63 @@ def _read_windows(
         window = windows[p]
         if p not in todo and window.low <= window.first:
             window.done = True
+    return examined
+
+
+def _open_windows(
+    consumer: Consumer, topic: str, windows: Mapping[int, _Window], partitions: list[int]
+) -> dict[int, int]:
+    """Assign the partitions whose window holds records, at its low end; each one's high end, to read up to.
+
+    A partition with an empty window has nothing left to read, so it is marked done here
+    and never assigned.
+    """
+    todo = {p: windows[p].high for p in partitions if windows[p].low < windows[p].high}
+    for p in partitions:
+        if p not in todo:
+            windows[p].done = True
+    if not todo:
+        return todo
+    for p in todo:
+        windows[p].next = windows[p].low
+    consumer.assign([TopicPartition(topic, p, windows[p].low) for p in todo])
+    return todo
+
+
+def _take_batch(
+    consumer: Consumer,
+    topic: str,
+    messages: list[Any],
+    windows: Mapping[int, _Window],
+    todo: dict[int, int],
+    selection: ViewSelection,
+    found: list[tuple[tuple[int, int, int], Any]],
+) -> int:
+    """Examine one batch: note how far each window got and its oldest timestamp, and keep the matches.
+
+    A record outside its window (before it, or at or after the end still to read) is
+    skipped; a window read to its end stops being fetched. Returns the records examined.
+    """
+    examined = 0
+    for message in messages:
+        if message.error() is not None:
+            continue
+        p, offset = message.partition(), message.offset()
+        if p not in todo or offset >= todo[p] or offset < windows[p].low:
+            continue
+        examined += 1
+        stamp = timestamp_of(message)
+        window = windows[p]
+        window.next = offset + 1
+        if stamp is not None and (window.oldest_seen_ms is None or stamp < window.oldest_seen_ms):
+            window.oldest_seen_ms = stamp
+        if offset + 1 >= todo[p]:
+            todo.pop(p)
+            if todo:  # its later records were read in an earlier window: stop fetching them
+                consumer.incremental_unassign([TopicPartition(topic, p)])
+        fields = dead_letter_fields(message.headers())
+        if selection.matches_time(stamp) and selection.matches_values(
+            fields.exception_class, fields.stage, fields.source_topic, fields.pipeline, fields.header_set
+        ):
+            found.append(((-1 if stamp is None else stamp, offset, -p), message))
     return examined
