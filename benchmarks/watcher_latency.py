@@ -532,7 +532,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 - a benchmark's main: its rounds and checks read top to bottom as one script
     from airflow_kerr.examples.orders_tolerance import ORDERS_TOLERANCE
     from airflow_kerr.local.broker import LocalBroker, ensure_topics, free_port
     from airflow_kerr.local.connect_worker import connector_config

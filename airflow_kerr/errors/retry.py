@@ -104,7 +104,7 @@ class RetryWithTolerance:
     :attr:`stop_event` is set.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the clock, sleep, stop event and random source are seams tests and the replay substitute
         self,
         config: ErrorHandlingConfig,
         metrics: ErrorMetrics | None = None,

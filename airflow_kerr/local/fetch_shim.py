@@ -198,28 +198,35 @@ def fetch_response_is_empty(frame: bytes | bytearray, api_version: int) -> bool:
         else:
             reader.string(flexible)  # Topic
         for _ in range(reader.array_length(flexible)):
-            reader.int32()  # PartitionIndex
-            if reader.int16() != 0:  # ErrorCode
+            if not _partition_is_empty(reader, api_version, flexible):
                 return False
-            reader.take(8)  # HighWatermark
-            if api_version >= 4:
-                reader.take(8)  # LastStableOffset
-            if api_version >= 5:
-                reader.take(8)  # LogStartOffset
-            if api_version >= 4:
-                for _ in range(reader.array_length(flexible)):  # AbortedTransactions (nullable)
-                    reader.take(16)  # ProducerId, FirstOffset
-                    if flexible:
-                        reader.tagged_fields()
-            if api_version >= 11:
-                reader.int32()  # PreferredReadReplica
-            size = reader.uvarint() - 1 if flexible else reader.int32()  # RecordSet (nullable)
-            if size > 0:
-                return False
-            if flexible:
-                reader.tagged_fields()
         if flexible:
             reader.tagged_fields()
+    return True
+
+
+def _partition_is_empty(reader: _Reader, api_version: int, flexible: bool) -> bool:
+    """Read one partition of a Fetch response; True when it has no error and no records (the reader is then past it)."""
+    reader.int32()  # PartitionIndex
+    if reader.int16() != 0:  # ErrorCode
+        return False
+    reader.take(8)  # HighWatermark
+    if api_version >= 4:
+        reader.take(8)  # LastStableOffset
+    if api_version >= 5:
+        reader.take(8)  # LogStartOffset
+    if api_version >= 4:
+        for _ in range(reader.array_length(flexible)):  # AbortedTransactions (nullable)
+            reader.take(16)  # ProducerId, FirstOffset
+            if flexible:
+                reader.tagged_fields()
+    if api_version >= 11:
+        reader.int32()  # PreferredReadReplica
+    size = reader.uvarint() - 1 if flexible else reader.int32()  # RecordSet (nullable)
+    if size > 0:
+        return False
+    if flexible:
+        reader.tagged_fields()
     return True
 
 
@@ -243,53 +250,74 @@ def rewrite_broker_ports(frame: bytearray, api_key: int, api_version: int, old: 
     """
     flexible = is_flexible(api_key, api_version)
     reader = _response_body(frame, api_key, api_version)
-    done = 0
     if api_key == METADATA:
-        if api_version >= 3:
-            reader.int32()  # ThrottleTimeMs
-        for _ in range(reader.array_length(flexible)):
-            reader.int32()  # NodeId
-            reader.string(flexible)  # Host
-            done += _swap_port(frame, reader, old, new)
-            if api_version >= 1:
-                reader.string(flexible)  # Rack
-            if flexible:
-                reader.tagged_fields()
-    elif api_key == FIND_COORDINATOR:
-        if api_version >= 1:
-            reader.int32()  # ThrottleTimeMs
-        if api_version <= 3:
-            reader.int16()  # ErrorCode
-            if api_version >= 1:
-                reader.string(flexible)  # ErrorMessage
-            reader.int32()  # NodeId
-            reader.string(flexible)  # Host
-            done += _swap_port(frame, reader, old, new)
-        else:
-            for _ in range(reader.array_length(flexible)):
-                reader.string(flexible)  # Key
-                reader.int32()  # NodeId
-                reader.string(flexible)  # Host
-                done += _swap_port(frame, reader, old, new)
-                reader.int16()  # ErrorCode
-                reader.string(flexible)  # ErrorMessage
-                reader.tagged_fields()
-    elif api_key == DESCRIBE_CLUSTER:
+        return _metadata_ports(frame, reader, api_version, flexible, (old, new))
+    if api_key == FIND_COORDINATOR:
+        return _coordinator_ports(frame, reader, api_version, flexible, (old, new))
+    if api_key == DESCRIBE_CLUSTER:
+        return _cluster_ports(frame, reader, api_version, flexible, (old, new))
+    return 0
+
+
+def _metadata_ports(frame: bytearray, reader: _Reader, api_version: int, flexible: bool, ports: tuple[int, int]) -> int:
+    """A Metadata response's Brokers: NodeId, Host, Port, Rack (v1+)."""
+    done = 0
+    if api_version >= 3:
         reader.int32()  # ThrottleTimeMs
+    for _ in range(reader.array_length(flexible)):
+        reader.int32()  # NodeId
+        reader.string(flexible)  # Host
+        done += _swap_port(frame, reader, *ports)
+        if api_version >= 1:
+            reader.string(flexible)  # Rack
+        if flexible:
+            reader.tagged_fields()
+    return done
+
+
+def _coordinator_ports(
+    frame: bytearray, reader: _Reader, api_version: int, flexible: bool, ports: tuple[int, int]
+) -> int:
+    """A FindCoordinator response: v0-3 one NodeId, Host, Port; v4+ Coordinators with Key, NodeId, Host, Port, …."""
+    if api_version >= 1:
+        reader.int32()  # ThrottleTimeMs
+    if api_version <= 3:
+        reader.int16()  # ErrorCode
+        if api_version >= 1:
+            reader.string(flexible)  # ErrorMessage
+        reader.int32()  # NodeId
+        reader.string(flexible)  # Host
+        return _swap_port(frame, reader, *ports)
+    done = 0
+    for _ in range(reader.array_length(flexible)):
+        reader.string(flexible)  # Key
+        reader.int32()  # NodeId
+        reader.string(flexible)  # Host
+        done += _swap_port(frame, reader, *ports)
         reader.int16()  # ErrorCode
         reader.string(flexible)  # ErrorMessage
-        if api_version >= 1:
-            reader.int8()  # EndpointType
-        reader.string(flexible)  # ClusterId
-        reader.int32()  # ControllerId
-        for _ in range(reader.array_length(flexible)):
-            reader.int32()  # BrokerId
-            reader.string(flexible)  # Host
-            done += _swap_port(frame, reader, old, new)
-            reader.string(flexible)  # Rack
-            if api_version >= 2:
-                reader.int8()  # IsFenced
-            reader.tagged_fields()
+        reader.tagged_fields()
+    return done
+
+
+def _cluster_ports(frame: bytearray, reader: _Reader, api_version: int, flexible: bool, ports: tuple[int, int]) -> int:
+    """A DescribeCluster response's Brokers: BrokerId, Host, Port, Rack, IsFenced (v2+)."""
+    reader.int32()  # ThrottleTimeMs
+    reader.int16()  # ErrorCode
+    reader.string(flexible)  # ErrorMessage
+    if api_version >= 1:
+        reader.int8()  # EndpointType
+    reader.string(flexible)  # ClusterId
+    reader.int32()  # ControllerId
+    done = 0
+    for _ in range(reader.array_length(flexible)):
+        reader.int32()  # BrokerId
+        reader.string(flexible)  # Host
+        done += _swap_port(frame, reader, *ports)
+        reader.string(flexible)  # Rack
+        if api_version >= 2:
+            reader.int8()  # IsFenced
+        reader.tagged_fields()
     return done
 
 

@@ -112,7 +112,7 @@ def _wait_ready(ui: LocalUI, wait_for_dags: Iterable[str], timeout_s: float) -> 
             time.sleep(1)
 
 
-def start_local_ui(
+def start_local_ui(  # noqa: PLR0913 - the local UI's start-up knobs; the CLI, the demo and the UI tests each set some
     home: Path | None = None,
     *,
     port: int | None = None,

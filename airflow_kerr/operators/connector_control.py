@@ -73,7 +73,7 @@ class BaseConnectorControlOperator(BaseOperator):
     #: The KafkaConnector ``spec.state`` that does the same on Strimzi; None where Strimzi does not own it.
     strimzi_state: ClassVar[str | None] = None
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - an operator's keyword arguments, written by DAG authors
         self,
         *,
         connector: str | list[str] | None = None,

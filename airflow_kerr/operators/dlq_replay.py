@@ -108,7 +108,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
     template_fields_renderers = {"header_match": "json"}
     ui_color = "#f6e7db"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - an operator's keyword arguments, written by DAG authors (the replay form's settings)
         self,
         *,
         dlq_topic: str,

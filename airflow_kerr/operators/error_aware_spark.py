@@ -207,17 +207,10 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
             return None
         from airflow_kerr.operators.lineage import job_lineage
 
-        spec: PipelineSpec = self._lineage["spec"]
-        config = spec.validate()
         return job_lineage(
+            self._lineage["spec"],
             bootstrap_servers=self._lineage["servers"],
-            pipeline=spec.name,
             run_id=self._lineage["run_id"],
-            source_topics=spec.source.topics,
-            sink_kind=spec.sink.kind,
-            sink_target=spec.sink.topic if spec.sink.kind == "kafka" else spec.sink.path,
-            dlq_topic=config.dlq_topic_name,
-            tolerance=config.tolerance.value,
             summary=self._lineage.get("summary"),
             finished=bool(self._lineage.get("finished")),
         )

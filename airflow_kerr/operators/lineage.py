@@ -12,7 +12,7 @@ the first bootstrap server, name the topic. A sink path is a file dataset: names
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,6 +29,7 @@ from airflow_kerr.errors.metrics import (
     TOTAL_RECORDS_SKIPPED,
     TOTAL_RETRIES,
 )
+from airflow_kerr.spark.spec import PipelineSpec
 
 #: Kafka's default port, for a bootstrap server given without one.
 DEFAULT_KAFKA_PORT = "9092"
@@ -121,17 +122,7 @@ def _output(namespace: str, name: str, rows: int | None) -> OutputDataset:
 
 
 def job_lineage(
-    *,
-    bootstrap_servers: str,
-    pipeline: str,
-    run_id: str,
-    source_topics: Sequence[str],
-    sink_kind: str,
-    sink_target: str | None,
-    dlq_topic: str | None,
-    tolerance: str,
-    summary: Mapping[str, Any] | None,
-    finished: bool,
+    spec: PipelineSpec, *, bootstrap_servers: str, run_id: str, summary: Mapping[str, Any] | None, finished: bool
 ) -> OperatorLineage:
     """An error-aware Spark run: inputs the source topics; outputs the sink and the DLQ topic, once it finished.
 
@@ -140,6 +131,9 @@ def job_lineage(
     ``outputStatistics.rowCount`` (0 for a clean run), and the error-handling facet carries
     the failed-record count; without the run's metrics record the counts are left out.
     """
+    config = spec.validate()
+    source_topics, sink_kind, dlq_topic = spec.source.topics, spec.sink.kind, config.dlq_topic_name
+    sink_target = spec.sink.topic if sink_kind == "kafka" else spec.sink.path
     namespace = kafka_namespace(bootstrap_servers)
     inputs = [InputDataset(namespace=namespace, name=topic) for topic in source_topics]
     outputs: list[Dataset] = []
@@ -152,9 +146,9 @@ def job_lineage(
         if dlq_topic:
             outputs.append(_output(namespace, dlq_topic, _count(summary, DLQ_PRODUCE_REQUESTS)))
         run_facets[JOB_FACET_KEY] = ErrorHandlingRunFacet(
-            pipeline=pipeline,
+            pipeline=spec.name,
             runId=run_id,
-            errorsTolerance=tolerance,
+            errorsTolerance=config.tolerance.value,
             deadLetterQueueTopic=dlq_topic or None,
             recordsIn=_count(summary, "records_in"),
             failedRecords=_count(summary, TOTAL_RECORD_ERRORS),

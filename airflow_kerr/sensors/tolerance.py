@@ -57,7 +57,7 @@ class ToleranceSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("pipeline", "metrics_topic", "dlq_topic", "source_topics", "group_id")
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - a DAG author's keyword arguments, kept flat at this edge (issue #28); the spec is built here
         self,
         *,
         kafka_config_id: str = "kafka_default",

@@ -20,14 +20,8 @@ from airflow_kerr.errors import (
     RetryWithTolerance,
     Stage,
 )
-from airflow_kerr.spark.batch import (
-    BatchStageRunner,
-    VectorizedJsonConverter,
-    as_arrow_function,
-    decode_string_column,
-    encode_json_column,
-    positions_of,
-)
+from airflow_kerr.spark.batch import BatchStageRunner, as_arrow_function, positions_of
+from airflow_kerr.spark.column_converters import VectorizedJsonConverter, decode_string_column, encode_json_column
 from airflow_kerr.spark.columns import BatchColumns
 from airflow_kerr.spark.sinks import KafkaSink, Sink
 from airflow_kerr.spark.spec import InvalidPipelineSpec

@@ -37,7 +37,7 @@ class ToleranceSettingsTrigger(ToleranceEventTrigger):
     ``source="dlq"``); ``window`` is a ``timedelta`` or seconds.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the keyword arguments a DAG author gives MessageQueueTrigger(scheme='kerr+tolerance')
         self,
         *,
         event: str = "breach",

@@ -108,7 +108,7 @@ def test_example_guard_dag_parses(load_dag: Callable[[str], Any]) -> None:
     }
 
 
-def test_breach_pauses_alerts_and_recovery_resumes(
+def test_breach_pauses_alerts_and_recovery_resumes(  # noqa: PLR0913 - pytest injects each fixture as an argument
     spark: Any,
     kafka_config: dict[str, Any],
     create_topic: Callable[..., str],

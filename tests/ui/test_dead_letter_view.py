@@ -64,7 +64,7 @@ def test_a_user_who_may_not_read_the_kafka_connection_may_not_read_its_dead_lett
     assert "kafka_default" in answer.json()["detail"]
 
 
-def test_see_the_dead_letters_and_replay_that_selection(
+def test_see_the_dead_letters_and_replay_that_selection(  # noqa: PLR0915 - one walk through the page in a real browser, step after step
     local_ui: LocalUI,
     browser_page: Any,
     kafka_bootstrap: str,

@@ -14,6 +14,7 @@ import airflow_kerr.sensors
 from airflow_kerr.operators.dlq_replay import DeadLetterQueueReplayOperator
 from airflow_kerr.operators.error_aware_spark import ErrorAwareSparkSubmitOperator
 from airflow_kerr.operators.lineage import JOB_FACET_KEY, job_lineage, kafka_namespace, replay_lineage
+from airflow_kerr.spark.spec import PipelineSpec
 
 OL_METHODS = (
     "get_openlineage_facets_on_start",
@@ -59,16 +60,24 @@ def test_the_namespace_is_the_first_bootstrap_server_as_the_naming_spec_says(ser
     assert kafka_namespace(servers) == namespace
 
 
+def spec(topics: list[str], sink: dict[str, str]) -> PipelineSpec:
+    """A pipeline ``orders`` reading ``topics`` into ``sink``, tolerance all, DLQ ``orders.dlq``."""
+    return PipelineSpec.from_dict(
+        {
+            "name": "orders",
+            "source": {"topics": topics, "group_id": "orders"},
+            "sink": sink,
+            "kafka": {"bootstrap.servers": "b:9092"},
+            "errors": {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "orders.dlq"},
+        }
+    )
+
+
 def test_a_job_that_did_not_finish_reports_its_inputs_only() -> None:
     lineage = job_lineage(
+        spec(["orders", "returns"], {"kind": "parquet", "path": "s3://lake/orders"}),
         bootstrap_servers="b:9092",
-        pipeline="orders",
         run_id="r",
-        source_topics=["orders", "returns"],
-        sink_kind="parquet",
-        sink_target="s3://lake/orders",
-        dlq_topic="orders.dlq",
-        tolerance="all",
         summary=None,
         finished=False,
     )
@@ -81,14 +90,9 @@ def test_a_job_that_did_not_finish_reports_its_inputs_only() -> None:
 
 def test_a_finished_job_without_its_metrics_names_its_outputs_and_leaves_the_counts_out() -> None:
     lineage = job_lineage(
+        spec(["orders"], {"kind": "jsonl", "path": "/data/orders"}),
         bootstrap_servers="b:9092",
-        pipeline="orders",
         run_id="r",
-        source_topics=["orders"],
-        sink_kind="jsonl",
-        sink_target="/data/orders",
-        dlq_topic="orders.dlq",
-        tolerance="all",
         summary=None,
         finished=True,
     )

@@ -33,14 +33,8 @@ from airflow_kerr.errors import (
     parse_dead_letter,
 )
 from airflow_kerr.errors.dead_letter import DeadLetterQueueRecord
-from airflow_kerr.spark.batch import (
-    BatchContractError,
-    BatchStageRunner,
-    VectorizedJsonConverter,
-    as_arrow_function,
-    encode_json_column,
-    parse_json_column,
-)
+from airflow_kerr.spark.batch import BatchContractError, BatchStageRunner, as_arrow_function
+from airflow_kerr.spark.column_converters import VectorizedJsonConverter, encode_json_column, parse_json_column
 from airflow_kerr.spark.spec import InvalidPipelineSpec
 from airflow_kerr.spark.stages import BatchRunner, batch_transformation, decode_json, make_converter
 from airflow_kerr.spark.vectorized import uses_batch_transformations
@@ -538,7 +532,7 @@ def test_an_integer_its_column_cannot_hold_exactly_fails_on_its_own(raw: list[by
     assert kept == [0] and column.to_pylist()[0]["id"] == "a"
     (record,) = vectorized.dead
     assert offset_of_dead_letter(record) == offset_of(1)
-    assert header(record, "__connect.errors.exception.class.name") == "airflow_kerr.spark.batch.InexactJsonNumber"
+    assert header(record, "__connect.errors.exception.class.name") == "airflow_kerr.spark.column_converters.InexactJsonNumber"
     assert header(record, "__connect.errors.stage") == "VALUE_CONVERTER"
     assert header(record, "__connect.errors.exception.message").startswith(f"{field} is the integer ")
 
@@ -552,7 +546,7 @@ def test_an_inexact_integer_beside_a_malformed_value_fails_on_its_own_too() -> N
     assert kept == [0, 3] and [value["id"] for value in column.to_pylist()] == ["a", "d"]
     assert vectorized.dead_offsets() == [offset_of(1), offset_of(2)]
     exceptions = [header(record, "__connect.errors.exception.class.name") for record in vectorized.dead]
-    assert exceptions == ["json.decoder.JSONDecodeError", "airflow_kerr.spark.batch.InexactJsonNumber"]
+    assert exceptions == ["json.decoder.JSONDecodeError", "airflow_kerr.spark.column_converters.InexactJsonNumber"]
 
 
 def test_long_digit_runs_that_the_column_holds_exactly_are_kept() -> None:
