@@ -17,7 +17,7 @@ from airflow.sdk import Asset, AssetWatcher
 
 from airflow_kerr.assets.kafka import cluster_of, kafka_uri
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
-from airflow_kerr.kafka.tolerance import ToleranceSpec, window_ms_of
+from airflow_kerr.kafka.tolerance import ToleranceSpec
 from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
 from airflow_kerr.triggers.tolerance_events import ToleranceEventTrigger, checked_spec
 from airflow_kerr.triggers.tolerance_settings import check_event
@@ -85,20 +85,10 @@ def tolerance_asset(  # noqa: PLR0913 - a DAG author's keyword arguments, kept f
     before the DAG run exists; the DAG's pause task then follows up. Bad settings fail here,
     when the DAG file is parsed, with one line per problem.
     """
+    settings = locals()
     check_event(event)
     spec = checked_spec(
-        lambda: ToleranceSpec(
-            max_error_rate=max_error_rate,
-            max_errors=max_errors,
-            min_records=min_records,
-            window_ms=window_ms_of(window),
-            source=source,
-            pipeline=pipeline,
-            metrics_topic=metrics_topic,
-            dlq_topic=dlq_topic,
-            source_topics=tuple(source_topics or ()),
-            group_id=consumer_group,
-        ),
+        lambda: ToleranceSpec.from_settings(settings),
         pause_on_breach,
     )
     return _tolerance_asset(

@@ -138,6 +138,28 @@ class ToleranceSpec:
             raise ToleranceSpecError([f"{key}={data[key]!r}: not a tolerance setting" for key in unknown])
         return cls(**data)
 
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> ToleranceSpec:
+        """The spec of a door's flat settings, read by name: the one place DAG authors' names meet the spec's.
+
+        Every door (the sensor, the guard, the asset helper, the ``kerr+tolerance`` queue)
+        passes its own arguments (``locals()`` at its top, or a sensor's attributes after
+        rendering). ``window`` (a ``timedelta`` or seconds) stands for ``window_ms``, and a
+        door's ``consumer_group`` for ``group_id`` (ahead of any ``group_id`` of its own: the
+        guard's is its TaskGroup's id); what is not a setting is ignored, and a
+        setting left out takes the spec's default.
+        """
+        values = {name: settings[name] for name in _SETTING_NAMES if name in settings}
+        if "window" in settings and "window_ms" not in settings:
+            values["window_ms"] = window_ms_of(settings["window"])
+        if "consumer_group" in settings:  # the guard's group_id is its TaskGroup's id, not the consumer group
+            values["group_id"] = settings["consumer_group"]
+        return cls(**values)
+
+
+#: The spec's fields, by the names doors and their attributes use.
+_SETTING_NAMES = tuple(f.name for f in fields(ToleranceSpec))
+
 
 def reading_with_limits(reading: Mapping[str, Any], spec: ToleranceSpec, wait_for: str) -> dict[str, Any]:
     """A reading plus the limits it was judged against, for alerts and the branches downstream."""

@@ -18,7 +18,6 @@ from airflow_kerr.kafka.tolerance import (
     ToleranceWatch,
     reading_with_limits,
     wait_for_problems,
-    window_ms_of,
 )
 from airflow_kerr.triggers.base import defer_sensor
 from airflow_kerr.triggers.tolerance import ToleranceTrigger
@@ -78,6 +77,7 @@ class ToleranceSensor(BaseSensorOperator):
         spec: ToleranceSpec | None = None,
         **kwargs: Any,
     ) -> None:
+        settings = locals()
         super().__init__(**kwargs)
         problems = wait_for_problems(wait_for)
         flat = (pipeline, metrics_topic, window, max_error_rate, max_errors, min_records, source, dlq_topic)
@@ -85,18 +85,7 @@ class ToleranceSensor(BaseSensorOperator):
             problems.append("spec: given with watch settings (pipeline … group_id); give the one or the others")
         if spec is None:
             try:
-                spec = ToleranceSpec(
-                    max_error_rate=max_error_rate,
-                    max_errors=max_errors,
-                    min_records=min_records,
-                    window_ms=window_ms_of(window),
-                    source=source,
-                    pipeline=pipeline,
-                    metrics_topic=metrics_topic,
-                    dlq_topic=dlq_topic,
-                    source_topics=tuple(source_topics or ()),
-                    group_id=group_id,
-                )
+                spec = ToleranceSpec.from_settings(settings)
             except ToleranceSpecError as error:
                 problems += error.problems
         pause, pause_problems = connectors_to_pause(pause_on_breach)
@@ -125,18 +114,7 @@ class ToleranceSensor(BaseSensorOperator):
 
     def tolerance_spec(self) -> ToleranceSpec:
         """The spec of the settings as they stand: after rendering, with the templated names filled in."""
-        return ToleranceSpec(
-            max_error_rate=self.max_error_rate,
-            max_errors=self.max_errors,
-            min_records=self.min_records,
-            window_ms=self.window_ms,
-            source=self.source,
-            pipeline=self.pipeline,
-            metrics_topic=self.metrics_topic,
-            dlq_topic=self.dlq_topic,
-            source_topics=tuple(self.source_topics),
-            group_id=self.group_id,
-        )
+        return ToleranceSpec.from_settings(vars(self))
 
     def watch_settings(self) -> dict[str, Any]:
         """The plain settings the trigger took before :class:`ToleranceSpec` (``wait_for`` plus the spec's dict)."""

@@ -23,7 +23,7 @@ from airflow.sdk import TaskGroup, task
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.dead_letters import alert_sample
-from airflow_kerr.kafka.tolerance import ToleranceSpec, seconds, window_ms_of
+from airflow_kerr.kafka.tolerance import ToleranceSpec, seconds
 from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.operators.connector_control import PauseConnectorOperator, ResumeConnectorOperator
 from airflow_kerr.sensors.connector_state import ConnectorStateSensor
@@ -70,6 +70,7 @@ def tolerance_guard(  # noqa: PLR0913 - a DAG author's keyword arguments, kept f
     The watch settings make one :class:`~airflow_kerr.kafka.tolerance.ToleranceSpec`, built
     (and checked) here once; both sensors take it, and the alert names its pipeline and DLQ.
     """
+    settings = locals()
     if source == "dlq" and not consumer_group:
         raise ValueError(
             "tolerance_guard: consumer_group (the Kafka consumer group that reads source_topics) is required "
@@ -77,18 +78,7 @@ def tolerance_guard(  # noqa: PLR0913 - a DAG author's keyword arguments, kept f
         )
     names = [connectors] if isinstance(connectors, str) else list(connectors)
     timeouts = {name: seconds(value) for name, value in (("breach", breach_timeout), ("recovery", recovery_timeout))}
-    spec = ToleranceSpec(
-        max_error_rate=max_error_rate,
-        max_errors=max_errors,
-        min_records=min_records,
-        window_ms=window_ms_of(window),
-        source=source,
-        pipeline=pipeline,
-        metrics_topic=metrics_topic,
-        dlq_topic=dlq_topic,
-        source_topics=tuple(source_topics or ()),
-        group_id=consumer_group,
-    )
+    spec = ToleranceSpec.from_settings(settings)
     watch: dict[str, Any] = {
         "spec": spec,
         "kafka_config_id": kafka_config_id,

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
-from airflow_kerr.kafka.tolerance import ToleranceSpec, window_ms_of
+from airflow_kerr.kafka.tolerance import ToleranceSpec
 from airflow_kerr.triggers.tolerance_events import FIRE_ON, ToleranceEventTrigger, checked_spec
 
 #: What the triggerer instantiates: the watch itself, not this door to it.
@@ -57,20 +57,10 @@ class ToleranceSettingsTrigger(ToleranceEventTrigger):
         pause_on_breach: Sequence[str] = (),
         kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
     ) -> None:
+        settings = locals()
         check_event(event)
         spec = checked_spec(
-            lambda: ToleranceSpec(
-                max_error_rate=max_error_rate,
-                max_errors=max_errors,
-                min_records=min_records,
-                window_ms=window_ms_of(window),
-                source=source,
-                pipeline=pipeline,
-                metrics_topic=metrics_topic,
-                dlq_topic=dlq_topic,
-                source_topics=tuple(source_topics or ()),
-                group_id=consumer_group,
-            ),
+            lambda: ToleranceSpec.from_settings(settings),
             pause_on_breach,
         )
         super().__init__(
