@@ -2,7 +2,7 @@
 
 This is the transform step of the exactly-once loop (:mod:`airflow_kerr.replay.engine`) and
 the hot path of a replay: :meth:`BatchDecider.decide` runs once per record read, so the
-common record takes :func:`~airflow_kerr.replay.policy.fast_replayer`'s one pass over its
+common record takes :func:`~airflow_kerr.replay.fast_path.fast_replayer`'s one pass over its
 headers inline, and only the rare ones (unreadable headers, pointers, records too large to
 write, records a selection looks at) leave the loop for a method of their own.
 """
@@ -17,16 +17,15 @@ from airflow_kerr.errors import DeadLetterRecord, Header
 from airflow_kerr.errors import parse_dead_letter as parse
 from airflow_kerr.errors.header_reader import read_error_headers
 from airflow_kerr.replay.failures import LogLike, consumer_error
+from airflow_kerr.replay.fast_path import FastReplayer, fast_replayer
 from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
 from airflow_kerr.replay.pointers import Coordinates, Gone, PointerReader
 from airflow_kerr.replay.policy import (
     BreakdownKey,
     Decision,
-    FastReplayer,
     Outgoing,
     ReplayPolicy,
     decide,
-    fast_replayer,
     outgoing,
     park_source_gone,
     park_too_large,

@@ -13,6 +13,10 @@ offsets with Connect's backoff, a bounded number of times. Each transaction has 
 budget (``transaction_timeout_s``); when the broker stops answering the run fails within it,
 saying what was committed (:mod:`airflow_kerr.replay.failures`).
 No Airflow imports: the operator is a thin shell around :class:`DlqReplay`.
+
+One module of about 500 lines on purpose: every method is a step of the one loop, sharing its
+:class:`~airflow_kerr.replay.loop_state.LoopState`; the jobs beside the loop already have their
+own modules (pre-flight, batch, background writer, transactions, pacing, failures).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from airflow_kerr.errors import backoff_delay_ms
+from airflow_kerr.replay.background import BackgroundWriter
 from airflow_kerr.replay.batch import BatchDecider
 from airflow_kerr.replay.failures import (
     LogLike,
@@ -44,7 +49,6 @@ from airflow_kerr.replay.policy import ReplayPolicy
 from airflow_kerr.replay.preflight import Preflight, default_producer
 from airflow_kerr.replay.summary import BatchCounts, ReplayPlan, ReplaySummary
 from airflow_kerr.replay.transactions import (
-    BackgroundWriter,
     BatchAborted,
     BrokerUnreachable,
     ProducerLike,
@@ -82,7 +86,7 @@ class DlqReplay:
     producer from its config; tests wrap it to inject client errors.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - public constructor; past config and options, keyword-only run tunables
         self,
         kafka_config: Mapping[str, Any],
         options: ReplayOptions,

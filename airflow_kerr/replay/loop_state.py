@@ -14,10 +14,11 @@ from typing import NamedTuple
 
 from confluent_kafka import Consumer
 
+from airflow_kerr.replay.background import BackgroundWriter
 from airflow_kerr.replay.pacing import Progress
 from airflow_kerr.replay.policy import Outgoing, ReplayPolicy
 from airflow_kerr.replay.summary import BatchCounts, ReplayPlan, ReplaySummary
-from airflow_kerr.replay.transactions import BackgroundWriter, TransactionalWriter
+from airflow_kerr.replay.transactions import TransactionalWriter
 
 
 class Written(Enum):

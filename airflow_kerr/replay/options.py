@@ -24,7 +24,8 @@ from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import Stage
 from airflow_kerr.errors.dead_letter import INT64_MAX, TOPIC_NAME_RULE, is_topic_name, shown
 from airflow_kerr.inspection.selection import epoch_ms, parse_time
-from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, PARKING_SUFFIX, FixFn, ReplaySelection
+from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, PARKING_SUFFIX, FixFn
+from airflow_kerr.replay.selection import ReplaySelection
 from airflow_kerr.replay.transactions import (
     DEFAULT_TRANSACTION_TIMEOUT_S,
     MAX_TRANSACTION_TIMEOUT_S,
@@ -74,7 +75,7 @@ class ReplayOptions:
     fix: FixFn | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def build(
+    def build(  # noqa: PLR0913 - the DAG author's settings, raw and by name, validated in one place
         cls,
         *,
         dlq_topic: Any,

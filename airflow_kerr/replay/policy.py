@@ -10,7 +10,7 @@ replay sees how often it went round and parks it instead of looping.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
@@ -27,13 +27,10 @@ from airflow_kerr.errors import (
 )
 from airflow_kerr.errors.dead_letter import (
     INT64_MAX,
-    STAGES_BY_HEADER_BYTES,
     TOPIC_NAME_RULE,
     is_topic_name,
     shown,
 )
-from airflow_kerr.errors.header_reader import plain_connect_of, read_error_headers
-from airflow_kerr.inspection.selection import in_window
 
 LINEAGE_PREFIX = "__kerr.replay."
 HEADER_REPLAY_COUNT = LINEAGE_PREFIX + "count"
@@ -178,71 +175,6 @@ def outgoing(record: ReplayRecord) -> Outgoing:
 
 
 @dataclass(frozen=True)
-class ReplaySelection:
-    """Which DLQ records a replay takes; an empty criterion matches everything.
-
-    Time bounds are ``[start_time_ms, end_time_ms)`` on the DLQ record's timestamp (the
-    failed record's own, as Connect copies it); offset bounds are ``[start_offset,
-    end_offset)`` on each DLQ partition. ``headers`` must all be present with exactly these
-    UTF-8 values, looked up among the original and the error headers.
-
-    Not the DLQ view's :class:`~airflow_kerr.inspection.selection.ViewSelection`: that one
-    picks a count's rows by the exact values counted, this one what a replay writes back, by
-    sets, a regular expression, offsets and headers. They share the time rules
-    (:func:`~airflow_kerr.inspection.selection.in_window`).
-    """
-
-    source_topics: frozenset[str] = frozenset()
-    stages: frozenset[Stage] = frozenset()
-    exception_class: re.Pattern[str] | None = None
-    start_time_ms: int | None = None
-    end_time_ms: int | None = None
-    start_offset: int | None = None
-    end_offset: int | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def everything(self) -> bool:
-        """True when no criterion is set, so every record matches (the replay then skips :meth:`matches`)."""
-        return (
-            not self.source_topics
-            and not self.stages
-            and self.exception_class is None
-            and self.start_time_ms is None
-            and self.end_time_ms is None
-            and self.start_offset is None
-            and self.end_offset is None
-            and not self.headers
-        )
-
-    def matches(self, letter: DeadLetterRecord) -> bool:
-        """True when the record meets every criterion, cheapest checks first."""
-        if self.source_topics and letter.source_topic not in self.source_topics:
-            return False
-        if self.stages and letter.stage not in self.stages:
-            return False
-        if not in_window(letter.timestamp, self.start_time_ms, self.end_time_ms):
-            return False
-        if self.start_offset is not None or self.end_offset is not None:
-            offset = -1 if letter.offset is None else letter.offset
-            if self.start_offset is not None and offset < self.start_offset:
-                return False
-            if self.end_offset is not None and offset >= self.end_offset:
-                return False
-        if self.exception_class is not None and not self.exception_class.search(letter.exception_class or ""):
-            return False
-        return not self.headers or _headers_match(letter, self.headers)
-
-
-def _headers_match(letter: DeadLetterRecord, wanted: Mapping[str, str]) -> bool:
-    found: dict[str, str | None] = {
-        name: None if raw is None else raw.decode("utf-8", errors="replace") for name, raw in letter.headers
-    }
-    found.update(letter.error_headers)
-    return all(name in found and found[name] == value for name, value in wanted.items())
-
-
-@dataclass(frozen=True)
 class ReplayPolicy:
     """Where selected records go, and the safety rules that decide when they are parked instead."""
 
@@ -314,10 +246,10 @@ class Decision:
 
 def replay_count(headers: Sequence[Header]) -> int:
     """How often the record was replayed before (the last ``__kerr.replay.count`` wins; garbage counts 0)."""
-    return _split_lineage(headers)[1]
+    return split_lineage(headers)[1]
 
 
-def _split_lineage(headers: Sequence[Header]) -> tuple[list[Header], int]:
+def split_lineage(headers: Sequence[Header]) -> tuple[list[Header], int]:
     """The headers without lineage headers, and the replay count the lineage headers carried."""
     kept: list[Header] = []
     count = 0
@@ -340,37 +272,37 @@ def decide(letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: Repl
     error headers are garbage, whose fix raised or returned something unusable, or whose target
     may not or cannot be written is parked with the reason.
     """
-    headers, count = _split_lineage(letter.headers)
+    headers, count = split_lineage(letter.headers)
     if letter.malformed_headers:
         detail = "; ".join(f"{name}: {problem}" for name, problem in letter.malformed_headers.items())
-        return _park(letter, raw_headers, policy, ParkReason.MALFORMED_HEADERS, detail, count)
+        return park(letter, raw_headers, policy, ParkReason.MALFORMED_HEADERS, detail, count)
     if count >= policy.max_replays:
-        return _park(letter, raw_headers, policy, ParkReason.MAX_REPLAYS, f"replayed {count} times already", count)
+        return park(letter, raw_headers, policy, ParkReason.MAX_REPLAYS, f"replayed {count} times already", count)
     target = policy.target_topic or letter.source_topic
     if not target:
         detail = "the DLQ record names no source topic and no target_topic override is set"
-        return _park(letter, raw_headers, policy, ParkReason.NO_SOURCE_TOPIC, detail, count)
+        return park(letter, raw_headers, policy, ParkReason.NO_SOURCE_TOPIC, detail, count)
     if letter.key is None and letter.value is None:
         detail = "the DLQ record has neither key nor value, and does not name its original's partition and offset"
-        return _park(letter, raw_headers, policy, ParkReason.NO_CONTENT, detail, count)
+        return park(letter, raw_headers, policy, ParkReason.NO_CONTENT, detail, count)
     if policy.fix is None and _serialized_by_the_fix(letter):
         detail = (
             f"Schema Registry rule {letter.rule_name!r} failed on WRITE, so the DLQ holds the value before it was "
             "serialized (confluent-kafka's DlqAction writes it as JSON, tagged fields redacted), not the bytes "
             f"{target!r} takes; replay it with a fix that serializes it"
         )
-        return _park(letter, raw_headers, policy, ParkReason.UNSERIALIZED, detail, count)
+        return park(letter, raw_headers, policy, ParkReason.UNSERIALIZED, detail, count)
     record: ReplayRecord | None = ReplayRecord(target, letter.key, letter.value, headers, letter)
     if policy.fix is not None:
-        record, problem = _apply_fix(record, policy.fix)  # type: ignore[arg-type]
+        record, problem = apply_fix(record, policy.fix)  # type: ignore[arg-type]
         if problem is not None:
-            return _park(letter, raw_headers, policy, ParkReason.FIX_FAILED, problem, count)
+            return park(letter, raw_headers, policy, ParkReason.FIX_FAILED, problem, count)
         if record is None:
             return Decision(Action.DROP)
     assert record is not None
     refused = policy.refusal(record.topic)
     if refused is not None:
-        return _park(letter, raw_headers, policy, refused[0], refused[1], count)
+        return park(letter, raw_headers, policy, refused[0], refused[1], count)
     record.headers += _lineage(letter, policy, count + 1)
     return Decision(Action.REPLAY, record)
 
@@ -384,7 +316,7 @@ def _serialized_by_the_fix(letter: DeadLetterRecord) -> bool:
     return letter.header_set is HeaderSet.SCHEMA_REGISTRY and (letter.rule_mode or "").upper() == "WRITE"
 
 
-def _apply_fix(record: ReplayRecord, fix: FixFn) -> tuple[ReplayRecord | None, str | None]:
+def apply_fix(record: ReplayRecord, fix: FixFn) -> tuple[ReplayRecord | None, str | None]:
     """The fix's result with any lineage headers it set removed (``None``: drop), or why it parks the record.
 
     A fix that raises, or returns something the producer cannot write, parks the record with
@@ -399,7 +331,7 @@ def _apply_fix(record: ReplayRecord, fix: FixFn) -> tuple[ReplayRecord | None, s
     problem = _unusable(fixed)
     if problem is not None:
         return None, problem
-    fixed.headers = _split_lineage(fixed.headers)[0]
+    fixed.headers = split_lineage(fixed.headers)[0]
     return fixed, None
 
 
@@ -416,15 +348,11 @@ def _unusable(record: object) -> str | None:
         return f"the fix returned a topic of type {type(record.topic).__name__}, expected str"
     for name in ("key", "value"):
         part = getattr(record, name)
-        if part is None or type(part) is bytes:  # what a fix returns nearly always: nothing more to check
-            continue
-        if isinstance(part, str):
-            try:
-                setattr(record, name, part.encode("utf-8"))
-            except UnicodeEncodeError as error:
-                return f"the fix returned a {name} that is not UTF-8 text: {error}"
-        elif part is not None and not isinstance(part, bytes):
-            return f"the fix returned a {name} of type {type(part).__name__}, expected bytes or None"
+        # What a fix returns nearly always (bytes or None) is settled here without a call.
+        if part is not None and type(part) is not bytes:
+            problem = _coerce_part(record, name, part)
+            if problem is not None:
+                return problem
     timestamp = record.timestamp
     if timestamp is not None and (type(timestamp) is not int or not 0 <= timestamp <= INT64_MAX):
         return f"the fix returned timestamp={shown(timestamp)}, expected None or epoch milliseconds (an int >= 0)"
@@ -439,22 +367,39 @@ def _unusable(record: object) -> str | None:
     return None
 
 
+def _coerce_part(record: ReplayRecord, name: str, part: object) -> str | None:
+    """Encode a text key or value as UTF-8 in place, or say why ``part`` cannot be produced.
+
+    Apart from :func:`_unusable` because only a fix that returns something other than
+    bytes or None reaches it: the common record pays no call for it.
+    """
+    if isinstance(part, str):
+        try:
+            setattr(record, name, part.encode("utf-8"))
+        except UnicodeEncodeError as error:
+            return f"the fix returned a {name} that is not UTF-8 text: {error}"
+        return None
+    if not isinstance(part, bytes):  # a bytes subclass goes to the producer as it is
+        return f"the fix returned a {name} of type {type(part).__name__}, expected bytes or None"
+    return None
+
+
 def _bad_headers(headers: object) -> str:
     return f"the fix returned headers={shown(headers)}, expected a list of (str, bytes or None) pairs"
 
 
 #: ``__kerr.replay.count`` headers for the counts a replay writes most, built once.
-_COUNT_HEADERS: tuple[Header, ...] = tuple((HEADER_REPLAY_COUNT, str(n).encode()) for n in range(16))
+COUNT_HEADERS: tuple[Header, ...] = tuple((HEADER_REPLAY_COUNT, str(n).encode()) for n in range(16))
 
 
 def _lineage(letter: DeadLetterRecord, policy: ReplayPolicy, count: int) -> list[Header]:
-    return _lineage_headers(policy, count, f"{letter.topic}/{letter.partition}/{letter.offset}".encode())
+    return lineage_headers(policy, count, f"{letter.topic}/{letter.partition}/{letter.offset}".encode())
 
 
-def _lineage_headers(policy: ReplayPolicy, count: int, source: bytes) -> list[Header]:
+def lineage_headers(policy: ReplayPolicy, count: int, source: bytes) -> list[Header]:
     """The three lineage headers: the replay count, where in the DLQ the record was read, and the run."""
     return [
-        _COUNT_HEADERS[count] if 0 <= count < 16 else (HEADER_REPLAY_COUNT, str(count).encode()),
+        COUNT_HEADERS[count] if 0 <= count < 16 else (HEADER_REPLAY_COUNT, str(count).encode()),
         (HEADER_REPLAY_SOURCE, source),
         policy.run_header,
     ]
@@ -462,111 +407,6 @@ def _lineage_headers(policy: ReplayPolicy, count: int, source: bytes) -> list[He
 
 #: A summary breakdown key: action, topic written to (None for a drop), stage, exception class, park reason.
 BreakdownKey = tuple[Action, str | None, Stage | None, str | None, ParkReason | None]
-
-#: What :func:`fast_replayer` returns for ``(headers, key, value, dlq_partition, dlq_offset, timestamp)``: what is
-#: written (``None`` for a drop) and its breakdown key; a park :class:`Decision` (only after a fix, which ran once
-#: and must not run again); or ``None`` when the record needs :func:`parse_dead_letter` and :func:`decide`.
-FastReplayer = Callable[
-    [Sequence[Header], bytes | None, bytes | None, int, int, int | None],
-    tuple[Outgoing | None, BreakdownKey] | Decision | None,
-]
-
-
-def fast_replayer(policy: ReplayPolicy) -> FastReplayer:
-    """What :func:`decide` gives for a DLQ record, read once by the header reader, when every record is selected.
-
-    The replay's common case: a dead letter with plain coordinates, a source topic known to
-    be valid, a target that may be written. Then nothing of the parsed record is needed but
-    a few fields, so the returned function builds no ``DeadLetterRecord`` and decodes none
-    of the error headers the replay drops. With a fix, the fix gets a :class:`ReplayRecord`
-    whose ``dead_letter`` is parsed only if the fix reads it (or the record is parked).
-
-    The headers are read by :func:`read_error_headers`, as :func:`parse_dead_letter` reads
-    them. A Connect dead letter's coordinates are checked as the raw bytes they arrive as
-    (plain digits, short enough to be in range, give what the parser gives); a header-less
-    record needs none. The function answers ``None`` whenever the record needs :func:`decide`'s
-    closer look (another dialect, a header Kafka would not accept, a pointer to resolve, a
-    record to park before any fix runs): the caller then parses and decides, which gives
-    what it would have given anyway. The policy's fields
-    are bound once, in the closure, because the function runs once per record.
-    """
-    max_replays = policy.max_replays
-    override = policy.target_topic
-    refusal = policy.refusal
-    source_prefix = policy.source_prefix
-    stage_of = STAGES_BY_HEADER_BYTES.get
-    fix = policy.fix
-    dlq = policy.dlq_topic
-    # Per-record costs cut to the bone: the first replay's lineage headers prebuilt, targets'
-    # refusals remembered in a local dict.
-    first_count = _COUNT_HEADERS[1]
-    run_header = policy.run_header
-    target_ok: dict[str, bool] = {}
-
-    def replay_fast(
-        headers: Sequence[Header],
-        key: bytes | None,
-        value: bytes | None,
-        partition: int,
-        offset: int,
-        timestamp: int | None,
-    ) -> tuple[Outgoing | None, BreakdownKey] | Decision | None:
-        if key is None and value is None:  # a pointer to resolve, or nothing to write
-            return None
-        stage: Stage | None = None
-        exception: str | None = None
-        source: str | None = None
-        fast = plain_connect_of(headers)
-        if fast is not None:
-            source, stage_raw, exception_raw, _, kept = fast
-            stage = None if stage_raw is None else stage_of(stage_raw)
-            exception = exception_raw.decode("utf-8", errors="replace")
-        else:  # header-less (with a target it goes as it is), or anything for the parser and decide()
-            try:
-                read = read_error_headers(headers)
-                if read.dialect is not None:
-                    return None
-                kept = read.kept
-            except TypeError:  # not (str, bytes) pairs: the parser says what is wrong
-                return None
-        count = 0
-        for name, _ in kept:
-            if name.startswith(LINEAGE_PREFIX):  # replayed before: how often decides
-                kept, count = _split_lineage(kept)
-                if count >= max_replays:
-                    return None
-                break
-        target = override or source
-        if not target:
-            return None
-        ok = target_ok.get(target)
-        if ok is None:
-            ok = target_ok[target] = refusal(target) is None
-        if not ok:
-            return None
-        read_at = source_prefix + b"%d/%d" % (partition, offset)
-        if fix is None:
-            if count == 0:
-                kept.append(first_count)
-                kept.append((HEADER_REPLAY_SOURCE, read_at))
-                kept.append(run_header)
-            else:
-                kept += _lineage_headers(policy, count + 1, read_at)
-            return (target, value, key, kept, None), (Action.REPLAY, target, stage, exception, None)
-        unparsed = (headers, key, value, dlq, partition, offset, timestamp)
-        record = ReplayRecord.unparsed(target, key, value, kept, unparsed)
-        fixed, problem = _apply_fix(record, fix)
-        if problem is not None:
-            return _park(record.dead_letter, headers, policy, ParkReason.FIX_FAILED, problem, count)
-        if fixed is None:
-            return None, (Action.DROP, None, stage, exception, None)
-        refused = refusal(fixed.topic)
-        if refused is not None:
-            return _park(record.dead_letter, headers, policy, refused[0], refused[1], count)
-        fixed.headers += _lineage_headers(policy, count + 1, read_at)
-        return outgoing(fixed), (Action.REPLAY, fixed.topic, stage, exception, None)
-
-    return replay_fast
 
 
 def with_original(letter: DeadLetterRecord, original: Any) -> DeadLetterRecord:
@@ -582,7 +422,7 @@ def park_source_gone(
     letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: ReplayPolicy, detail: str
 ) -> Decision:
     """Park a pointer whose original cannot be read, with why and where (``detail``), as it was read."""
-    return _park(letter, raw_headers, policy, ParkReason.SOURCE_GONE, detail, replay_count(raw_headers))
+    return park(letter, raw_headers, policy, ParkReason.SOURCE_GONE, detail, replay_count(raw_headers))
 
 
 def park_too_large(
@@ -594,13 +434,13 @@ def park_too_large(
     is lost. The key goes too: a key without a value is a tombstone to a compacted topic, so a
     replay of the parking topic must park this copy again (``no_content``), never write it.
     """
-    decision = _park(letter, raw_headers, policy, ParkReason.TOO_LARGE, detail, replay_count(raw_headers))
+    decision = park(letter, raw_headers, policy, ParkReason.TOO_LARGE, detail, replay_count(raw_headers))
     assert decision.record is not None
     decision.record.key = decision.record.value = None
     return decision
 
 
-def _park(
+def park(
     letter: DeadLetterRecord,
     raw_headers: Sequence[Header],
     policy: ReplayPolicy,
@@ -615,7 +455,7 @@ def _park(
     """
     if len(detail) > MAX_REASON_CHARS:
         detail = f"{detail[: MAX_REASON_CHARS - 1]}\u2026"
-    headers = _split_lineage(raw_headers)[0] + _lineage(letter, policy, count)
+    headers = split_lineage(raw_headers)[0] + _lineage(letter, policy, count)
     # backslashreplace: an exception message may hold lone surrogates, which UTF-8 cannot encode.
     headers.append((HEADER_PARKED_REASON, f"{reason}: {detail}".encode("utf-8", errors="backslashreplace")))
     parked = ReplayRecord(policy.parking_topic, letter.key, letter.value, headers, letter)

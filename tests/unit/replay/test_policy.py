@@ -31,17 +31,17 @@ from airflow_kerr.replay.policy import (
     ParkReason,
     ReplayPolicy,
     ReplayRecord,
-    ReplaySelection,
     decide,
     replay_count,
 )
+from airflow_kerr.replay.selection import ReplaySelection
 
 
 class InvalidOrder(ValueError):
     pass
 
 
-def dead_letter(
+def dead_letter(  # noqa: PLR0913 - a test-record builder: each keyword-only default is a field a test varies
     *,
     topic: str = "orders",
     stage: Stage = Stage.TRANSFORMATION,

@@ -19,6 +19,7 @@ from airflow_kerr.errors.dead_letter import HEADER_PREFIX
 from airflow_kerr.errors.dialects import FIELD_HEADERS
 from airflow_kerr.errors.record import Header
 from airflow_kerr.replay import batch as batch_module
+from airflow_kerr.replay.fast_path import fast_replayer
 from airflow_kerr.replay.policy import (
     HEADER_REPLAY_COUNT,
     HEADER_REPLAY_RUN,
@@ -32,7 +33,6 @@ from airflow_kerr.replay.policy import (
     ReplayPolicy,
     ReplayRecord,
     decide,
-    fast_replayer,
     outgoing,
 )
 

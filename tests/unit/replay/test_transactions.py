@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from airflow_kerr.replay.background import BackgroundWriter
 from airflow_kerr.replay.policy import Outgoing
 from airflow_kerr.replay.summary import partition_ranges
 from airflow_kerr.replay.transactions import (
-    BackgroundWriter,
     BatchAborted,
     BrokerUnreachable,
     ReplayFatalError,
