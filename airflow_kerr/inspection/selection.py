@@ -3,7 +3,7 @@
 There are two selections of dead letters, and they are different things:
 :class:`ViewSelection` (here) picks the rows of a count, so it matches the exact values a
 summary counts by, ``(none)`` included, and is read from a page's query strings;
-:class:`~airflow_kerr.replay.policy.ReplaySelection` picks what a replay writes back, by
+:class:`~airflow_kerr.replay.selection.ReplaySelection` picks what a replay writes back, by
 sets of topics and stages, a regular expression, offsets and headers, read from a DAG's
 settings. What they share is here once: how a time is read (:func:`parse_time`,
 :func:`epoch_ms`) and what a ``[start, end)`` window takes (:func:`in_window`).

@@ -42,6 +42,7 @@ from airflow_kerr.spark.vectorized import uses_batch_transformations
 TRANSFORM = PipelineStage(Stage.TRANSFORMATION, "tests.unit.spark.test_batch.transform")
 JSON_STAGE = make_converter("json", Stage.VALUE_CONVERTER).stage
 FIRST_OFFSET = 1000
+INEXACT_CLASS = "airflow_kerr.spark.column_converters.InexactJsonNumber"
 OFFSET_STEP = 3
 
 
@@ -532,7 +533,7 @@ def test_an_integer_its_column_cannot_hold_exactly_fails_on_its_own(raw: list[by
     assert kept == [0] and column.to_pylist()[0]["id"] == "a"
     (record,) = vectorized.dead
     assert offset_of_dead_letter(record) == offset_of(1)
-    assert header(record, "__connect.errors.exception.class.name") == "airflow_kerr.spark.column_converters.InexactJsonNumber"
+    assert header(record, "__connect.errors.exception.class.name") == INEXACT_CLASS
     assert header(record, "__connect.errors.stage") == "VALUE_CONVERTER"
     assert header(record, "__connect.errors.exception.message").startswith(f"{field} is the integer ")
 
@@ -546,7 +547,7 @@ def test_an_inexact_integer_beside_a_malformed_value_fails_on_its_own_too() -> N
     assert kept == [0, 3] and [value["id"] for value in column.to_pylist()] == ["a", "d"]
     assert vectorized.dead_offsets() == [offset_of(1), offset_of(2)]
     exceptions = [header(record, "__connect.errors.exception.class.name") for record in vectorized.dead]
-    assert exceptions == ["json.decoder.JSONDecodeError", "airflow_kerr.spark.column_converters.InexactJsonNumber"]
+    assert exceptions == ["json.decoder.JSONDecodeError", INEXACT_CLASS]
 
 
 def test_long_digit_runs_that_the_column_holds_exactly_are_kept() -> None:
