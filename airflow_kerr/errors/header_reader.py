@@ -10,6 +10,9 @@ is the only place a header value becomes a topic or a number.
 A DLQ holds whatever its writers put there, so nothing is trusted: a topic name or a number
 Kafka would not accept is never handed on, but described in ``problems`` (header name to
 what is wrong, quoting the value cut short).
+
+One file, a little over 500 lines, on purpose: it is the single place a header value is
+judged, and the full read, the one-pass read and their checks share its compiled rules.
 """
 
 from __future__ import annotations
