@@ -124,8 +124,8 @@ class PartitionProcessor:
         source = columns.source_record
         if self.key_converter.fn is not None:
             keys, rows = self.runner.run(self.key_converter.stage, self.key_converter.fn, keys, rows, source)
-            if len(rows) != count:
-                values = [values[row] for row in rows]
+            if self.runner.dropped:
+                values = without_positions(values, self.runner.dropped)
         if self.value_converter.fn is not None:
             values, rows = self.runner.run(self.value_converter.stage, self.value_converter.fn, values, rows, source)
             if self.runner.dropped:
@@ -153,6 +153,19 @@ class PartitionProcessor:
             done, _ = self.runner.run(self.put_stage, sink.put, records, rows, source)
             return len(done)
         pairs, rows = self.runner.run(self.put_stage, sink.encode, records, rows, source)
+        return self.write_encoded(pairs, rows, source)
+
+    def write_encoded(
+        self, pairs: list[tuple[bytes | None, bytes | None]], rows: list[int], source: Callable[[int], SourceRecord]
+    ) -> int:
+        """A Kafka sink's TASK_PUT of (value, key) pairs already bytes, each write a C call; how many were written.
+
+        Both paths end here: the per-record path after encoding its records, the vectorized
+        path with the bytes it read or encoded by column.
+        """
+        sink = self.sink
+        if not isinstance(sink, KafkaSink):
+            raise TypeError(f"write_encoded writes to a Kafka sink; this task's sink is {type(sink).__name__}")
         done, _ = self.runner.run(self.put_stage, sink.put_encoded, pairs, rows, source, fast=sink.produce_value_key)
         return len(done)
 

@@ -8,18 +8,14 @@ one; the task's per-record setup (converters, retry policy, sink) is handed in a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_kerr.errors import (
-    PipelineStage,
-    RetryWithTolerance,
-    Stage,
-)
+from airflow_kerr.errors import PipelineStage, RetryWithTolerance, SourceRecord, Stage
 from airflow_kerr.spark.batch import BatchStageRunner, as_arrow_function, positions_of
 from airflow_kerr.spark.column_converters import VectorizedJsonConverter, decode_string_column, encode_json_column
 from airflow_kerr.spark.columns import BatchColumns
@@ -28,6 +24,7 @@ from airflow_kerr.spark.spec import InvalidPipelineSpec
 from airflow_kerr.spark.stages import (
     BatchRunner,
     Converter,
+    PipelineRecord,
     batch_kind,
     decode_json,
     decode_string,
@@ -43,7 +40,16 @@ class TaskPipeline(Protocol):
     value_converter: Converter
     transformations: list[tuple[PipelineStage, Any]]
     sink: Sink
-    put_stage: PipelineStage
+
+    def put(self, records: list[PipelineRecord], rows: list[int], source: Callable[[int], SourceRecord]) -> int:
+        """The TASK_PUT stage over records; how many were written."""
+        ...
+
+    def write_encoded(
+        self, pairs: list[tuple[bytes | None, bytes | None]], rows: list[int], source: Callable[[int], SourceRecord]
+    ) -> int:
+        """The TASK_PUT stage of a Kafka sink over (value, key) pairs already bytes; how many were written."""
+        ...
 
 
 def uses_batch_transformations(transformations: Sequence[tuple[PipelineStage, Any]]) -> bool:
@@ -138,16 +144,11 @@ class VectorizedStages:
 
     def put(self, decoded: DecodedBatch, columns: BatchColumns) -> int:
         """Hand the surviving records to the sink (the TASK_PUT stage, record by record); return how many it took."""
-
         processor = self.processor
         work, rows = decoded.work, decoded.rows
-        sink = processor.sink
-        if not isinstance(sink, KafkaSink):
+        if not isinstance(processor.sink, KafkaSink):
             keys, values = work.column("key").to_pylist(), work.column("value").to_pylist()
-            done, _ = processor.runner.run(
-                processor.put_stage, sink.put, columns.pipeline_records(rows, keys, values), rows, columns.source_record
-            )
-            return len(done)
+            return processor.put(columns.pipeline_records(rows, keys, values), rows, columns.source_record)
         converted_keys, converted_values = decoded.converted_keys, decoded.converted_values
         if rows != decoded.converted_rows:
             positions = positions_of(decoded.converted_rows, rows)
@@ -157,14 +158,10 @@ class VectorizedStages:
         written_keys = _to_write(work.column("key"), converted_keys, raw.column("key"), taken)
         written_values = _to_write(work.column("value"), converted_values, raw.column("value"), taken)
         pairs = list(zip(written_values, written_keys, strict=True))
-        done, _ = processor.runner.run(
-            processor.put_stage, sink.put_encoded, pairs, rows, columns.source_record, fast=sink.produce_value_key
-        )
-        return len(done)
+        return processor.write_encoded(pairs, rows, columns.source_record)
 
     def convert(self, converter: Converter, raw: Any, rows: list[int], source: Any) -> tuple[Any, list[int]]:
         """One converter over a whole column; a value it cannot convert is reported and left out with its row."""
-
         runner = self.processor.runner
         if converter.fn is None:
             return raw, rows
