@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from airflow_kerr.errors.config import LONG_MAX, ConfigProblem
 from airflow_kerr.errors.dead_letter import shown
-from airflow_kerr.inspection.selection import InvalidSelection, ViewSelection
+from airflow_kerr.inspection.selection import InvalidSelection, Selection
 
 #: Timeline bucket widths the summary chooses from (milliseconds): round figures a person reads at a glance.
 BUCKET_WIDTHS_MS = (
@@ -77,7 +77,7 @@ class ScanCursor:
         return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
     @classmethod
-    def decode(cls, text: str, topic: str, selection: ViewSelection) -> ScanCursor:
+    def decode(cls, text: str, topic: str, selection: Selection) -> ScanCursor:
         """Read a cursor back, checking every part; ``InvalidSelection`` naming ``cursor`` when it is not usable."""
 
         def bad(why: str) -> InvalidSelection:

@@ -21,7 +21,7 @@ from airflow_kerr.errors.masking import mask_named
 from airflow_kerr.inspection.consumers import SCAN_BATCH, offset_ranges, scratch_consumer, timestamp_of
 from airflow_kerr.inspection.fields import dead_letter_fields
 from airflow_kerr.inspection.payloads import Payload, cut_text, describe_payload, shown_text
-from airflow_kerr.inspection.selection import EVERYTHING, ViewSelection
+from airflow_kerr.inspection.selection import EVERYTHING, Selection
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def sample_dead_letters(
     kafka_config: Mapping[str, Any],
     topic: str,
     *,
-    selection: ViewSelection = EVERYTHING,
+    selection: Selection = EVERYTHING,
     limit: int = 20,
     max_scan: int = 20_000,
     max_seconds: float = 2.0,
@@ -157,6 +157,7 @@ def sample_dead_letters(
     ``max_scan`` records were examined, or ``max_seconds`` passed. Only the records returned
     are decoded (:class:`SampledDeadLetter`); matching reads headers the way the summary does.
     """
+    selection.refuse_headers("the DLQ sample")
     started = time.monotonic()
     deadline = started + max_seconds
     consumer = scratch_consumer(kafka_config)
@@ -164,7 +165,8 @@ def sample_dead_letters(
     found: list[tuple[tuple[int, int, int], Any]] = []
     scanned = 0
     try:
-        for partition, (low, high) in offset_ranges(consumer, topic).items():
+        for partition, (first, end) in offset_ranges(consumer, topic).items():
+            low, high = selection.offset_window(first, end)
             windows[partition] = _Window(first=low, low=high, high=high, done=high <= low)
         size = max(2 * limit, 100)
         while limit > 0 and scanned < max_scan and time.monotonic() < deadline:
@@ -196,7 +198,7 @@ def _read_windows(
     topic: str,
     windows: Mapping[int, _Window],
     partitions: list[int],
-    selection: ViewSelection,
+    selection: Selection,
     found: list[tuple[tuple[int, int, int], Any]],
     deadline: float,
 ) -> int:
@@ -254,7 +256,7 @@ def _take_batch(
     messages: list[Any],
     windows: Mapping[int, _Window],
     todo: dict[int, int],
-    selection: ViewSelection,
+    selection: Selection,
     found: list[tuple[tuple[int, int, int], Any]],
 ) -> int:
     """Examine one batch: note how far each window got and its oldest timestamp, and keep the matches.

@@ -1,21 +1,21 @@
-"""What the DLQ view selects dead letters by, parsed from a page's query; and the time rules both selections share.
+"""Which dead letters a read takes: one :class:`Selection` for the DLQ view's counts and samples and for the replay.
 
-There are two selections of dead letters, and they are different things:
-:class:`ViewSelection` (here) picks the rows of a count, so it matches the exact values a
-summary counts by, ``(none)`` included, and is read from a page's query strings;
-:class:`~airflow_kerr.replay.selection.ReplaySelection` picks what a replay writes back, by
-sets of topics and stages, a regular expression, offsets and headers, read from a DAG's
-settings. What they share is here once: how a time is read (:func:`parse_time`,
-:func:`epoch_ms`) and what a ``[start, end)`` window takes (:func:`in_window`).
+The view reads it from a page's query (:meth:`Selection.from_query`), the replay from a
+DAG's settings (:meth:`~airflow_kerr.replay.options.ReplayOptions.build`); both check records
+with the same rules, so a filter means the same in both places. How a time is read
+(:func:`parse_time`, :func:`epoch_ms`) and what a ``[start, end)`` window takes
+(:func:`in_window`) live here too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from airflow_kerr.errors.config import LONG_MAX, ConfigProblem, parse_integer
@@ -82,96 +82,117 @@ def in_window(timestamp_ms: int | None, start_ms: int | None, end_ms: int | None
     return (start_ms is None or timestamp_ms >= start_ms) and (end_ms is None or timestamp_ms < end_ms)
 
 
-# --------------------------------------------------------------------------------------------- the view's selection
+# --------------------------------------------------------------------------------------------- the selection
 
 
 @dataclass(frozen=True)
-class ViewSelection:
-    """Which dead letters a summary counts and a sample shows; every field set must match.
+class Selection:
+    """Which dead letters a count takes, a sample shows or a replay writes back; every criterion set must match.
 
-    Text fields compare exactly with what :func:`parse_dead_letter` reads (``pipeline`` is
-    Connect's connector name, which our job sets to its pipeline name); :data:`NONE_KEY`
-    selects records without that value, so a count's ``(none)`` row can be selected too.
-    ``start_ms`` (inclusive) and ``end_ms`` (exclusive) bound the DLQ record's timestamp;
-    a record without a timestamp matches only when neither is set.
+    One class for the DLQ view and the replay, so a filter means the same thing on the page
+    and in a replay's settings. An empty criterion matches everything.
+
+    - **Exact values** (sets; any member matches): ``exception_classes``, ``stages`` (Connect's
+      stage names), ``source_topics``, ``pipelines`` (Connect's connector name, which our job
+      sets to its pipeline name) and ``header_sets`` (a :class:`HeaderSet` value, or ``"none"``
+      for header-less records). :data:`NONE_KEY` takes the records without that value, so a
+      count's ``(none)`` row can be selected too.
+    - ``exception_pattern``: a regular expression searched in the exception class (a record
+      without one is searched as ``""``).
+    - ``start_ms`` (inclusive) and ``end_ms`` (exclusive) bound the DLQ record's timestamp; a
+      record without one is in no bounded window. ``start_offset`` and ``end_offset`` bound its
+      offset the same way, on each DLQ partition.
+    - ``headers``: each must be present with exactly this UTF-8 value, looked up among the
+      original and the error headers. Only a replay parses every header, so the view's reads
+      refuse a selection that sets it (:meth:`refuse_headers`).
     """
 
-    exception_class: str | None = None
-    stage: str | None = None
-    source_topic: str | None = None
-    pipeline: str | None = None
+    exception_classes: frozenset[str] = frozenset()
+    exception_pattern: re.Pattern[str] | None = None
+    stages: frozenset[str] = frozenset()
+    source_topics: frozenset[str] = frozenset()
+    pipelines: frozenset[str] = frozenset()
+    header_sets: frozenset[str] = frozenset()
     start_ms: int | None = None
     end_ms: int | None = None
-    #: The dialect's name (:class:`HeaderSet` value, or ``"none"`` for header-less records).
-    header_set: str | None = None
+    start_offset: int | None = None
+    end_offset: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_query(cls, mapping: Mapping[str, str | None]) -> ViewSelection:
+    def from_query(cls, mapping: Mapping[str, str | None]) -> Selection:
         """Build from a page's query values, checking each; every problem is raised at once.
 
-        Keys are the field names (``start``/``end`` also name the times); other keys are not
-        the selection's (the route's ``cursor``, ``limit``) and are ignored. Empty or blank
-        values are unset. Times are epoch milliseconds or ISO-8601; a stage is a Connect stage
-        name (any case) or ``(none)``.
+        Keys are :data:`TEXT_KEYS` (one value each) and the times (``start``/``end``, or
+        ``start_ms``/``end_ms``); other keys are not the selection's (the route's ``cursor``,
+        ``limit``) and are ignored. Empty or blank values are unset. Times are epoch
+        milliseconds or ISO-8601; a stage is a Connect stage name (any case) or ``(none)``.
         """
         problems: list[ConfigProblem] = []
         texts: dict[str, str | None] = {}
         for key in TEXT_KEYS:
             raw = mapping.get(key)
             texts[key] = (raw.strip() or None) if isinstance(raw, str) else None
-        stage = texts["stage"]
-        if stage is not None and stage != NONE_KEY:
-            if stage.upper() in STAGE_NAMES:
-                texts["stage"] = stage.upper()
-            else:
-                names = ", ".join(Stage.__members__)
-                problems.append(ConfigProblem("stage", mapping.get("stage"), f"expected one of {names} or {NONE_KEY}"))
-        header_set = texts["header_set"]
-        if header_set is not None and header_set.lower() not in HEADER_SET_NAMES:
-            accepted = ", ".join(HEADER_SET_NAMES)
-            problems.append(ConfigProblem("header_set", mapping.get("header_set"), f"expected one of {accepted}"))
-        elif header_set is not None:
-            texts["header_set"] = header_set.lower()
-        times: dict[str, int | None] = {}
-        for name, keys in _TIME_KEYS.items():
-            times[name] = None
-            for key in keys:
-                raw = mapping.get(key)
-                if not isinstance(raw, str) or not raw.strip():
-                    continue
-                parsed = parse_time(raw)
-                if parsed is None:
-                    problems.append(ConfigProblem(key, raw, _TIME_ACCEPTED))
-                else:
-                    times[name] = parsed
-        start, end = times["start_ms"], times["end_ms"]
-        if not problems and start is not None and end is not None and start >= end:
-            problems.append(
-                ConfigProblem(
-                    "end", mapping.get("end") or mapping.get("end_ms"), f"expected a time after start ({start} ms)"
-                )
-            )
+        texts["stage"] = _stage_of(texts["stage"], mapping, problems)
+        texts["header_set"] = _header_set_of(texts["header_set"], mapping, problems)
+        start, end = _times_of(mapping, problems)
         if problems:
             raise InvalidSelection(problems)
+
+        def one(key: str) -> frozenset[str]:
+            value = texts[key]
+            return frozenset() if value is None else frozenset((value,))
+
         return cls(
-            exception_class=texts["exception_class"],
-            stage=texts["stage"],
-            source_topic=texts["source_topic"],
-            pipeline=texts["pipeline"],
+            exception_classes=one("exception_class"),
+            stages=one("stage"),
+            source_topics=one("source_topic"),
+            pipelines=one("pipeline"),
+            header_sets=one("header_set"),
             start_ms=start,
             end_ms=end,
-            header_set=texts["header_set"],
         )
 
-    def matches(self, letter: DeadLetterRecord, timestamp_ms: int | None) -> bool:
-        """Whether a parsed dead letter, written to the DLQ at ``timestamp_ms``, is selected."""
-        stage = None if letter.stage is None else letter.stage.value
-        return self.matches_time(timestamp_ms) and self.matches_values(
-            letter.exception_class,
-            stage,
-            letter.source_topic,
-            letter.connector_name,
-            header_set_name(letter.header_set),
+    @cached_property
+    def everything(self) -> bool:
+        """Whether no criterion is set, so every record matches (the replay then skips :meth:`matches`)."""
+        return not (
+            self.by_values
+            or self.start_ms is not None
+            or self.end_ms is not None
+            or self.start_offset is not None
+            or self.end_offset is not None
+            or self.headers
+        )
+
+    @cached_property
+    def by_values(self) -> bool:
+        """Whether any value criterion (the sets or the pattern) is set; else every record matches on values."""
+        return bool(
+            self.exception_classes
+            or self.exception_pattern is not None
+            or self.stages
+            or self.source_topics
+            or self.pipelines
+            or self.header_sets
+        )
+
+    def matches(self, letter: DeadLetterRecord) -> bool:
+        """Whether a parsed dead letter meets every criterion, cheapest checks first."""
+        return (
+            self.matches_time(letter.timestamp)
+            and self.matches_offset(letter.offset)
+            and (
+                not self.by_values
+                or self.matches_values(
+                    letter.exception_class,
+                    None if letter.stage is None else letter.stage.value,
+                    letter.source_topic,
+                    letter.connector_name,
+                    header_set_name(letter.header_set),
+                )
+            )
+            and (not self.headers or _headers_match(letter, self.headers))
         )
 
     def matches_values(
@@ -182,17 +203,17 @@ class ViewSelection:
         pipeline: str | None,
         header_set: str,
     ) -> bool:
-        """The field part of :meth:`matches`, on the values a summary counts by (``None`` for a missing one)."""
+        """The value part of :meth:`matches`, on the values a summary counts by (``None`` for a missing one)."""
         for wanted, value in (
-            (self.exception_class, exception_class),
-            (self.stage, stage),
-            (self.source_topic, source_topic),
-            (self.pipeline, pipeline),
-            (self.header_set, header_set),
+            (self.exception_classes, exception_class),
+            (self.stages, stage),
+            (self.source_topics, source_topic),
+            (self.pipelines, pipeline),
+            (self.header_sets, header_set),
         ):
-            if wanted is not None and wanted != (NONE_KEY if value is None else value):
+            if wanted and (NONE_KEY if value is None else value) not in wanted:
                 return False
-        return True
+        return self.exception_pattern is None or self.exception_pattern.search(exception_class or "") is not None
 
     def matches_time(self, timestamp_ms: int | None) -> bool:
         """The time part of :meth:`matches`: inside ``[start_ms, end_ms)``; no timestamp matches no bound.
@@ -202,15 +223,53 @@ class ViewSelection:
         stamp = None if timestamp_ms is None or timestamp_ms < 0 else timestamp_ms
         return in_window(stamp, self.start_ms, self.end_ms)
 
-    @property
-    def by_values(self) -> bool:
-        """Whether any text field is set (else every record matches on values)."""
-        return any(
-            v is not None for v in (self.exception_class, self.stage, self.source_topic, self.pipeline, self.header_set)
+    def matches_offset(self, offset: int | None) -> bool:
+        """The offset part of :meth:`matches`: inside ``[start_offset, end_offset)`` (no offset counts as -1)."""
+        if self.start_offset is None and self.end_offset is None:
+            return True
+        at = -1 if offset is None else offset
+        return (self.start_offset is None or at >= self.start_offset) and (
+            self.end_offset is None or at < self.end_offset
         )
 
+    def offset_window(self, low: int, high: int) -> tuple[int, int]:
+        """A partition's ``[low, high)`` narrowed to ``[start_offset, end_offset)``; an empty result is ``(x, x)``.
+
+        Reads that know their partitions' ranges narrow them once with this, rather than test each record.
+        """
+        start = low if self.start_offset is None else max(low, self.start_offset)
+        end = high if self.end_offset is None else min(high, self.end_offset)
+        return start, max(start, end)
+
+    def refuse_headers(self, read: str) -> None:
+        """Raise :class:`InvalidSelection` naming ``headers`` when it is set: ``read`` parses only the error headers."""
+        if self.headers:
+            raise InvalidSelection(
+                [
+                    ConfigProblem(
+                        "headers",
+                        dict(self.headers),
+                        f"{read} reads only the error headers; select by exception class, stage, source topic, "
+                        "pipeline, header set, time or offset (a replay selects by any header)",
+                    )
+                ]
+            )
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The criteria as plain JSON values (sets sorted, the pattern as its text), unset ones as ``None``."""
+        return {
+            "exception_classes": sorted(self.exception_classes) or None,
+            "exception_pattern": None if self.exception_pattern is None else self.exception_pattern.pattern,
+            "stages": sorted(self.stages) or None,
+            "source_topics": sorted(self.source_topics) or None,
+            "pipelines": sorted(self.pipelines) or None,
+            "header_sets": sorted(self.header_sets) or None,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+            "start_offset": self.start_offset,
+            "end_offset": self.end_offset,
+            "headers": dict(sorted(self.headers.items())) or None,
+        }
 
     def fingerprint(self) -> str:
         """A short digest a cursor carries, so a scan resumed with another selection is refused, not mis-added."""
@@ -218,5 +277,57 @@ class ViewSelection:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _stage_of(stage: str | None, mapping: Mapping[str, str | None], problems: list[ConfigProblem]) -> str | None:
+    """A query's stage as Connect names it (any case in), or :data:`NONE_KEY`; a problem when it is neither."""
+    if stage is None or stage == NONE_KEY:
+        return stage
+    if stage.upper() in STAGE_NAMES:
+        return stage.upper()
+    names = ", ".join(Stage.__members__)
+    problems.append(ConfigProblem("stage", mapping.get("stage"), f"expected one of {names} or {NONE_KEY}"))
+    return None
+
+
+def _header_set_of(name: str | None, mapping: Mapping[str, str | None], problems: list[ConfigProblem]) -> str | None:
+    """A query's header set in lower case; a problem when it names no dialect."""
+    if name is None:
+        return None
+    if name.lower() in HEADER_SET_NAMES:
+        return name.lower()
+    accepted = ", ".join(HEADER_SET_NAMES)
+    problems.append(ConfigProblem("header_set", mapping.get("header_set"), f"expected one of {accepted}"))
+    return None
+
+
+def _times_of(mapping: Mapping[str, str | None], problems: list[ConfigProblem]) -> tuple[int | None, int | None]:
+    """A query's ``[start, end)`` in epoch ms; a problem for each unreadable time, and for an empty window."""
+    times: dict[str, int | None] = {}
+    for name, keys in _TIME_KEYS.items():
+        times[name] = None
+        for key in keys:
+            raw = mapping.get(key)
+            if not isinstance(raw, str) or not raw.strip():
+                continue
+            parsed = parse_time(raw)
+            if parsed is None:
+                problems.append(ConfigProblem(key, raw, _TIME_ACCEPTED))
+            else:
+                times[name] = parsed
+    start, end = times["start_ms"], times["end_ms"]
+    if not problems and start is not None and end is not None and start >= end:
+        given = mapping.get("end") or mapping.get("end_ms")
+        problems.append(ConfigProblem("end", given, f"expected a time after start ({start} ms)"))
+    return start, end
+
+
+def _headers_match(letter: DeadLetterRecord, wanted: Mapping[str, str]) -> bool:
+    """Whether every wanted header is present with exactly that value, among the original and the error headers."""
+    found: dict[str, str | None] = {
+        name: None if raw is None else raw.decode("utf-8", errors="replace") for name, raw in letter.headers
+    }
+    found.update(letter.error_headers)
+    return all(name in found and found[name] == value for name, value in wanted.items())
+
+
 #: The selection that takes every dead letter: the reads' default (frozen, so one shared instance is safe).
-EVERYTHING = ViewSelection()
+EVERYTHING = Selection()

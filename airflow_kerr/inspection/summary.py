@@ -29,7 +29,7 @@ from airflow_kerr.inspection.consumers import (
 from airflow_kerr.inspection.cursor import ScanCursor, choose_bucket_ms
 from airflow_kerr.inspection.fields import CONNECT, header_text, raw_fields, stage_text
 from airflow_kerr.inspection.scan_consumers import SCAN_CONSUMERS, scan_key
-from airflow_kerr.inspection.selection import EVERYTHING, NONE_KEY, TEXT_KEYS, ViewSelection
+from airflow_kerr.inspection.selection import EVERYTHING, NONE_KEY, TEXT_KEYS, Selection
 
 
 @dataclass(frozen=True)
@@ -75,11 +75,11 @@ class DeadLetterSummaryChunk:
         }
 
 
-def _start_scan(kafka_config: Mapping[str, Any], topic: str, selection: ViewSelection) -> ScanCursor:
+def _start_scan(kafka_config: Mapping[str, Any], topic: str, selection: Selection) -> ScanCursor:
     """Fix a new scan's range (begin → end offsets now) and its bucket width, from the edge records' timestamps."""
     consumer = scratch_consumer(kafka_config)
     try:
-        ranges = offset_ranges(consumer, topic)
+        ranges = {p: selection.offset_window(low, high) for p, (low, high) in offset_ranges(consumer, topic).items()}
         deadline = time.monotonic() + LOOKUP_TIMEOUT_S
         firsts = first_records(
             consumer,
@@ -112,7 +112,7 @@ def _start_scan(kafka_config: Mapping[str, Any], topic: str, selection: ViewSele
     )
 
 
-def _time_bounds(selection: ViewSelection) -> tuple[bool, int, int]:
+def _time_bounds(selection: Selection) -> tuple[bool, int, int]:
     """Whether the selection bounds time, and its ``[low, high)`` in epoch ms, open ends widened.
 
     Worked out once per call so the per-record test is two comparisons of local integers.
@@ -130,7 +130,7 @@ class _ChunkCount:
     a record costs no attribute look-up and no extra call.
     """
 
-    def __init__(self, scan: ScanCursor, selection: ViewSelection) -> None:
+    def __init__(self, scan: ScanCursor, selection: Selection) -> None:
         self.nexts = {p: nxt for p, (nxt, _) in scan.partitions.items()}
         self.ends = {p: end for p, (_, end) in scan.partitions.items()}
         self.todo = {p for p in self.nexts if self.nexts[p] < self.ends[p]}
@@ -265,7 +265,7 @@ def _read_chunk(
 
 
 def _figures(
-    tally: Mapping[tuple[Any, ...], int], selection: ViewSelection
+    tally: Mapping[tuple[Any, ...], int], selection: Selection
 ) -> tuple[int, dict[str, Counter[str]], Counter[str]]:
     """The matched count, counts by field and timeline of a tally, with the selection's value filters applied.
 
@@ -292,7 +292,7 @@ def _figures(
     return matched, counts, timeline
 
 
-def _result(topic: str, scan: ScanCursor, chunk: _ChunkCount, selection: ViewSelection) -> DeadLetterSummaryChunk:
+def _result(topic: str, scan: ScanCursor, chunk: _ChunkCount, selection: Selection) -> DeadLetterSummaryChunk:
     """The chunk's figures, and the cursor the following call goes on from (``None`` once complete)."""
     matched, counts, timeline = _figures(chunk.tally, selection)
     position = scan.position + chunk.read
@@ -328,7 +328,7 @@ def summarize(
     kafka_config: Mapping[str, Any],
     topic: str,
     *,
-    selection: ViewSelection = EVERYTHING,
+    selection: Selection = EVERYTHING,
     cursor: str | None = None,
     max_records: int = 200_000,
     max_seconds: float = 1.0,
@@ -336,7 +336,8 @@ def summarize(
     """Count the next chunk of the DLQ, reading forward through headers only (values are never decoded).
 
     The first call (``cursor`` None) fixes the scan: each partition's range from its first to
-    its end offset as they are now (records written later are not counted), and the timeline's
+    its end offset as they are now (records written later are not counted), narrowed to the
+    selection's offsets, and the timeline's
     bucket width (:func:`choose_bucket_ms` over the oldest and newest record timestamps, read
     from the partitions' first and last records, within the selection's time bounds). Each
     call reads until ``max_records`` or ``max_seconds``, whichever comes first, and returns a
@@ -348,6 +349,7 @@ def summarize(
     record is neither read nor counted, and a partition with a transaction still open
     cannot complete before it ends.
     """
+    selection.refuse_headers("the DLQ count")
     started = time.monotonic()
     scan = (
         _start_scan(kafka_config, topic, selection) if cursor is None else ScanCursor.decode(cursor, topic, selection)

@@ -54,7 +54,7 @@ from airflow_kerr.inspection.backlog import unread_for_group
 from airflow_kerr.inspection.consumers import TopicNotFound
 from airflow_kerr.inspection.discovery import list_dead_letter_queues
 from airflow_kerr.inspection.samples import sample_dead_letters
-from airflow_kerr.inspection.selection import InvalidSelection, ViewSelection
+from airflow_kerr.inspection.selection import InvalidSelection, Selection
 from airflow_kerr.inspection.summary import summarize
 from airflow_kerr.kafka.offsets import OffsetLookupError
 from airflow_kerr.replay.form import CONNECTION, REPLAY_FORM
@@ -172,9 +172,9 @@ def _shown(answer: dict[str, Any]) -> dict[str, Any]:
     return masked
 
 
-def _selection(request: Request) -> ViewSelection:
+def _selection(request: Request) -> Selection:
     try:
-        return ViewSelection.from_query({key: request.query_params.get(key) for key in SELECTION_KEYS})
+        return Selection.from_query({key: request.query_params.get(key) for key in SELECTION_KEYS})
     except InvalidSelection as error:
         raise HTTPException(400, str(error)) from None
 

@@ -23,9 +23,8 @@ from typing import Any
 from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import Stage
 from airflow_kerr.errors.dead_letter import INT64_MAX, TOPIC_NAME_RULE, is_topic_name, shown
-from airflow_kerr.inspection.selection import epoch_ms, parse_time
+from airflow_kerr.inspection.selection import Selection, epoch_ms, parse_time
 from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, PARKING_SUFFIX, FixFn
-from airflow_kerr.replay.selection import ReplaySelection
 from airflow_kerr.replay.transactions import (
     DEFAULT_TRANSACTION_TIMEOUT_S,
     MAX_TRANSACTION_TIMEOUT_S,
@@ -59,7 +58,7 @@ class ReplayOptions:
     dlq_topic: str
     group_id: str
     parking_topic: str
-    selection: ReplaySelection = field(default_factory=ReplaySelection)
+    selection: Selection = field(default_factory=Selection)
     fix_path: str | None = None
     target_topic: str | None = None
     target_allowlist: re.Pattern[str] | None = None
@@ -134,12 +133,12 @@ class ReplayOptions:
         if first is not None and last is not None and first >= last:
             p.append(f"start_offset={first}, end_offset={last}: inverted or empty range; expected start < end")
 
-        selection = ReplaySelection(
+        selection = Selection(
             source_topics=frozenset(_topics(p, "source_topics", source_topics)),
             stages=frozenset(_stages(p, stages)),
-            exception_class=_regex(p, "exception_class_regex", exception_class_regex),
-            start_time_ms=start_ms,
-            end_time_ms=end_ms,
+            exception_pattern=_regex(p, "exception_class_regex", exception_class_regex),
+            start_ms=start_ms,
+            end_ms=end_ms,
             start_offset=first,
             end_offset=last,
             headers=_header_match(p, header_match),

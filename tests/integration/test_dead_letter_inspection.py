@@ -9,6 +9,7 @@ shows is checked against what was written.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections import Counter
@@ -22,10 +23,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from airflow_kerr.errors import MASK, SourceRecord, Stage
 from airflow_kerr.inspection.backlog import unread_for_group
-from airflow_kerr.inspection.consumers import SCRATCH_GROUP, TopicNotFound
+from airflow_kerr.inspection.consumers import SCRATCH_GROUP, TopicNotFound, scratch_consumer
 from airflow_kerr.inspection.discovery import list_dead_letter_queues
 from airflow_kerr.inspection.samples import sample_dead_letters
-from airflow_kerr.inspection.selection import NONE_KEY, InvalidSelection, ViewSelection
+from airflow_kerr.inspection.selection import NONE_KEY, InvalidSelection, Selection
 from airflow_kerr.inspection.summary import DeadLetterSummaryChunk, summarize
 from airflow_kerr.kafka.offsets import group_offsets
 from airflow_kerr.local.dead_letters import Failure, write_dead_letters
@@ -97,8 +98,8 @@ def dlq(kafka_bootstrap: str) -> Iterator[Dlq]:
     yield Dlq(topic, config, tuple(written for _, written in pairs), (T0 - 5000,))
 
 
-def _chunks(dlq: Dlq, selection: ViewSelection | None = None, max_records: int = 70) -> list[DeadLetterSummaryChunk]:
-    selection = selection or ViewSelection()
+def _chunks(dlq: Dlq, selection: Selection | None = None, max_records: int = 70) -> list[DeadLetterSummaryChunk]:
+    selection = selection or Selection()
     chunks = [summarize(dlq.config, dlq.topic, selection=selection, max_records=max_records, max_seconds=10.0)]
     while not chunks[-1].complete:
         assert len(chunks) < 50
@@ -150,7 +151,7 @@ def test_chunked_summary_adds_up_to_what_was_written(dlq: Dlq) -> None:
 def test_a_selection_filters_counts_and_samples(dlq: Dlq) -> None:
     """Choosing one class, stage and time window shows only those failures, in counts and in examples alike."""
     start, end = T0 + 30_000, T0 + 150_000
-    selection = ViewSelection.from_query(
+    selection = Selection.from_query(
         {"exception_class": "KeyError", "stage": "value_converter", "start": str(start), "end": str(end)}
     )
     expected = [
@@ -168,6 +169,32 @@ def test_a_selection_filters_counts_and_samples(dlq: Dlq) -> None:
     newest = sorted(expected, key=lambda w: w.timestamp_ms, reverse=True)[:4]
     assert [r.timestamp_ms for r in sample.records] == [w.timestamp_ms for w in newest]
     assert all(r.exception_class == "KeyError" and r.stage == "VALUE_CONVERTER" for r in sample.records)
+
+
+def test_offsets_and_a_pattern_select_as_in_a_replay(dlq: Dlq) -> None:
+    """The replay's criteria work on the page's reads too: the same offsets and pattern pick the same dead letters."""
+    selection = Selection(start_offset=2, end_offset=9, exception_pattern=re.compile("^Key"))
+    consumer = scratch_consumer(dlq.config)  # never commits, so the page-reads test below stays true
+    try:
+        expected = []
+        for p in range(3):
+            low, high = consumer.get_watermark_offsets(TopicPartition(dlq.topic, p), timeout=10)
+            consumer.assign([TopicPartition(dlq.topic, p, max(low, 2))])
+            for _ in range(max(0, min(high, 9) - max(low, 2))):
+                message = consumer.poll(10)
+                assert message is not None and message.error() is None
+                classes = [v for k, v in message.headers() or [] if k == "__connect.errors.exception.class.name"]
+                if classes and classes[0].decode().startswith("Key"):
+                    expected.append((p, message.offset()))
+    finally:
+        consumer.close()
+    _, _, matched, malformed = _added(_chunks(dlq, selection, max_records=5))
+    assert matched == len(expected) > 0
+    assert malformed == 0  # the plain record at offset 0 is outside the range: not even read
+    sample = sample_dead_letters(dlq.config, dlq.topic, selection=selection, limit=100)
+    assert sorted((r.partition, r.offset) for r in sample.records) == sorted(expected)
+    with pytest.raises(InvalidSelection, match=r"^headers=.*the DLQ count reads only the error headers"):
+        summarize(dlq.config, dlq.topic, selection=Selection(headers={"trace-id": "00000001"}))
 
 
 def test_samples_are_the_newest_decoded_with_their_origin(dlq: Dlq) -> None:
@@ -300,7 +327,9 @@ def test_bad_cursor_and_missing_topic_are_told_apart(dlq: Dlq) -> None:
     with pytest.raises(InvalidSelection, match=r"^cursor="):
         summarize(dlq.config, dlq.topic, cursor=first.cursor[:-6])
     with pytest.raises(InvalidSelection, match="another selection"):
-        summarize(dlq.config, dlq.topic, cursor=first.cursor, selection=ViewSelection(exception_class="KeyError"))
+        summarize(
+            dlq.config, dlq.topic, cursor=first.cursor, selection=Selection(exception_classes=frozenset({"KeyError"}))
+        )
     missing = f"missing-{uuid.uuid4().hex[:8]}"
     for read in (summarize, sample_dead_letters):
         with pytest.raises(TopicNotFound, match=missing):

@@ -32,7 +32,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from airflow_kerr.inspection.samples import sample_dead_letters
-from airflow_kerr.inspection.selection import NONE_KEY, InvalidSelection, ViewSelection
+from airflow_kerr.inspection.selection import NONE_KEY, InvalidSelection, Selection
 from airflow_kerr.inspection.summary import DeadLetterSummaryChunk, summarize
 from tests.clock import RECENT_MS
 from tests.dead_letter_writers import (
@@ -134,9 +134,9 @@ def dlq(kafka_bootstrap: str) -> Iterator[Dlq]:
     yield Dlq(topic, config, spring)
 
 
-def _counted(dlq: Dlq, selection: ViewSelection | None = None) -> tuple[dict[str, Counter[str]], int]:
+def _counted(dlq: Dlq, selection: Selection | None = None) -> tuple[dict[str, Counter[str]], int]:
     """The summary's counts and matched figure, added over its chunks as the page adds them."""
-    selection = selection or ViewSelection()
+    selection = selection or Selection()
     chunks: list[DeadLetterSummaryChunk] = [summarize(dlq.config, dlq.topic, selection=selection, max_seconds=10.0)]
     while not chunks[-1].complete:
         assert len(chunks) < 20
@@ -166,20 +166,20 @@ def test_counts_by_dialect_and_by_each_dialects_exception_class(dlq: Dlq) -> Non
 @pytest.mark.parametrize("dialect", sorted(WRITTEN))
 def test_the_dialect_filter_narrows_the_counts(dlq: Dlq, dialect: str) -> None:
     """Selecting a dialect (as the page's query sends it, any case) counts that dialect's records only."""
-    counts, matched = _counted(dlq, ViewSelection.from_query({"header_set": dialect.upper()}))
+    counts, matched = _counted(dlq, Selection.from_query({"header_set": dialect.upper()}))
     assert matched == WRITTEN[dialect]
     assert counts["header_set"] == {dialect: WRITTEN[dialect]}
 
 
 def test_the_spring_filter_keeps_springs_exception_classes(dlq: Dlq) -> None:
-    counts, _ = _counted(dlq, ViewSelection(header_set="spring"))
+    counts, _ = _counted(dlq, Selection(header_sets=frozenset({"spring"})))
     assert counts["exception_class"] == {SPRING_CAUSE: 3, SPRING_DESERIALIZATION: 2}
     assert SPRING_LISTENER_FAILED not in counts["exception_class"]
 
 
 def test_an_unknown_dialect_is_refused_naming_the_key_the_value_and_the_choices() -> None:
     with pytest.raises(InvalidSelection) as refused:
-        ViewSelection.from_query({"header_set": "kafka-connect"})
+        Selection.from_query({"header_set": "kafka-connect"})
     message = str(refused.value)
     assert message.startswith("header_set=")
     assert "kafka-connect" in message
@@ -243,5 +243,7 @@ def test_samples_of_the_other_dialects_show_what_their_writers_carry(dlq: Dlq) -
 @pytest.mark.parametrize("dialect", sorted(WRITTEN))
 def test_the_dialect_filter_narrows_the_samples(dlq: Dlq, dialect: str) -> None:
     """The examples follow the dialect filter as the counts do."""
-    sample = sample_dead_letters(dlq.config, dlq.topic, selection=ViewSelection(header_set=dialect), limit=100)
+    sample = sample_dead_letters(
+        dlq.config, dlq.topic, selection=Selection(header_sets=frozenset({dialect})), limit=100
+    )
     assert [r.header_set for r in sample.records] == [dialect] * WRITTEN[dialect]

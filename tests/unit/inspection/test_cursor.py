@@ -10,12 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_kerr.inspection.cursor import BUCKET_WIDTHS_MS, MAX_BUCKETS, ScanCursor, choose_bucket_ms
-from airflow_kerr.inspection.selection import InvalidSelection, ViewSelection
+from airflow_kerr.inspection.selection import InvalidSelection, Selection
 
 
 def test_cursor_round_trips_and_is_url_safe() -> None:
     """The page passes the cursor back in a URL and the scan resumes exactly where it stopped."""
-    selection = ViewSelection(exception_class="ValueError")
+    selection = Selection(exception_classes=frozenset({"ValueError"}))
     cursor = ScanCursor("orders.dlq", selection.fingerprint(), 60_000, 1, 2, 100, 40, {0: (10, 50), 3: (0, 60)})
     text = cursor.encode()
     assert all(c.isalnum() or c in "-_" for c in text)
@@ -34,25 +34,25 @@ def test_cursor_round_trips_and_is_url_safe() -> None:
 def test_a_bad_cursor_is_refused_naming_cursor(text: str, why: str) -> None:
     """A cursor typed or cut short in a URL is refused with a message naming it, not a server error."""
     with pytest.raises(InvalidSelection, match=rf"^cursor=.*{why}; expected the cursor of the previous chunk"):
-        ScanCursor.decode(text, "orders.dlq", ViewSelection())
+        ScanCursor.decode(text, "orders.dlq", Selection())
 
 
 def test_a_cursor_for_another_topic_or_selection_is_refused() -> None:
     """Counts from two different scans are never added up by mistake."""
-    cursor = ScanCursor("a.dlq", ViewSelection().fingerprint(), 1_000, None, None, 5, 0, {0: (0, 5)}).encode()
+    cursor = ScanCursor("a.dlq", Selection().fingerprint(), 1_000, None, None, 5, 0, {0: (0, 5)}).encode()
     with pytest.raises(InvalidSelection, match=r"made for topic 'a\.dlq'"):
-        ScanCursor.decode(cursor, "b.dlq", ViewSelection())
+        ScanCursor.decode(cursor, "b.dlq", Selection())
     with pytest.raises(InvalidSelection, match="another selection"):
-        ScanCursor.decode(cursor, "a.dlq", ViewSelection(stage="TASK_PUT"))
+        ScanCursor.decode(cursor, "a.dlq", Selection(stages=frozenset({"TASK_PUT"})))
 
 
 def test_cursor_with_next_past_end_is_refused() -> None:
     """A hand-edited cursor cannot make the scan read outside the range it fixed."""
-    raw = json.dumps({"v": 1, "t": "a", "s": ViewSelection().fingerprint(), "b": 1000, "o": None, "n": None, "T": 1,
+    raw = json.dumps({"v": 1, "t": "a", "s": Selection().fingerprint(), "b": 1000, "o": None, "n": None, "T": 1,
                       "P": 0, "p": [[0, 9, 5]]})  # fmt: skip
     text = base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
     with pytest.raises(InvalidSelection):
-        ScanCursor.decode(text, "a", ViewSelection())
+        ScanCursor.decode(text, "a", Selection())
 
 
 @pytest.mark.parametrize(

@@ -83,7 +83,7 @@ def check_valid(options: ReplayOptions) -> None:
     for number in (options.max_replays, options.batch_size, options.max_records):
         assert number is None or (type(number) is int and 1 <= number <= INT64_MAX)
     selection = options.selection
-    for bound in (selection.start_offset, selection.end_offset, selection.start_time_ms, selection.end_time_ms):
+    for bound in (selection.start_offset, selection.end_offset, selection.start_ms, selection.end_ms):
         assert bound is None or (type(bound) is int and 0 <= bound <= INT64_MAX)
     for seconds in (options.max_records_per_second, options.progress_interval_s, options.transaction_timeout_s):
         assert seconds is None or (isinstance(seconds, float) and 0 < seconds < math.inf)

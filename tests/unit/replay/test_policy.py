@@ -22,6 +22,7 @@ from airflow_kerr.errors import (
     streams_context_headers,
 )
 from airflow_kerr.errors.record import Header
+from airflow_kerr.inspection.selection import Selection
 from airflow_kerr.replay.policy import (
     HEADER_PARKED_REASON,
     HEADER_REPLAY_COUNT,
@@ -34,7 +35,6 @@ from airflow_kerr.replay.policy import (
     decide,
     replay_count,
 )
-from airflow_kerr.replay.selection import ReplaySelection
 
 
 class InvalidOrder(ValueError):
@@ -226,26 +226,26 @@ def test_unsafe_targets_are_parked(target: str, reason: ParkReason) -> None:
 
 def test_selection_by_each_criterion() -> None:
     letter, _ = dead_letter(topic="orders", stage=Stage.VALUE_CONVERTER, error=ValueError("x"), dlq_offset=10)
-    assert ReplaySelection().matches(letter)
+    assert Selection().matches(letter)
     cases: dict[str, tuple[Any, Any]] = {
         "source_topics": (frozenset({"orders"}), frozenset({"payments"})),
         "stages": (frozenset({Stage.VALUE_CONVERTER}), frozenset({Stage.TRANSFORMATION})),
-        "exception_class": (re.compile("^Value"), re.compile("InvalidOrder")),
-        "start_time_ms": (1_795_250_000_000, 1_795_250_000_001),
-        "end_time_ms": (1_795_250_000_001, 1_795_250_000_000),
+        "exception_pattern": (re.compile("^Value"), re.compile("InvalidOrder")),
+        "start_ms": (1_795_250_000_000, 1_795_250_000_001),
+        "end_ms": (1_795_250_000_001, 1_795_250_000_000),
         "start_offset": (10, 11),
         "end_offset": (11, 10),
         "headers": ({"kind": "x", "__connect.errors.stage": "VALUE_CONVERTER"}, {"kind": "y"}),
     }
     for name, (accepted, refused) in cases.items():
-        assert ReplaySelection(**{name: accepted}).matches(letter), name
-        assert not ReplaySelection(**{name: refused}).matches(letter), name
+        assert Selection(**{name: accepted}).matches(letter), name
+        assert not Selection(**{name: refused}).matches(letter), name
 
 
 def test_a_record_without_timestamp_is_outside_any_time_range() -> None:
     letter, _ = dead_letter()
     undated = parse_dead_letter(list(letter.error_headers.items()), b"k", b"v", topic="d", partition=0, offset=0)
-    assert not ReplaySelection(start_time_ms=0).matches(undated)
+    assert not Selection(start_ms=0).matches(undated)
 
 
 def test_garbage_replay_counts_read_as_zero() -> None:
