@@ -10,17 +10,15 @@ settings they share one poll loop and one state on the triggerer (see
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import timedelta
+from typing import Unpack
 
 from airflow.sdk import Asset, AssetWatcher
 
 from airflow_kerr.assets.kafka import cluster_of, kafka_uri
-from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.tolerance import ToleranceSpec
 from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
-from airflow_kerr.triggers.tolerance_events import ToleranceEventTrigger, checked_spec
-from airflow_kerr.triggers.tolerance_settings import check_event
+from airflow_kerr.triggers.tolerance_events import ToleranceEventTrigger
+from airflow_kerr.triggers.tolerance_settings import ToleranceSettings, ToleranceSettingsTrigger
 
 
 def dead_letter_queue_asset(
@@ -56,54 +54,24 @@ def dead_letter_queue_asset(
     )
 
 
-def tolerance_asset(  # noqa: PLR0913 - a DAG author's keyword arguments, kept flat at this edge (issue #28); the spec is built here
-    *,
-    event: str = "breach",
-    pipeline: str | None = None,
-    source: str = "metrics",
-    metrics_topic: str = "kerr.metrics",
-    dlq_topic: str | None = None,
-    source_topics: Sequence[str] | None = None,
-    consumer_group: str | None = None,
-    max_error_rate: float | None = None,
-    max_errors: int | None = None,
-    min_records: int = 100,
-    window: timedelta | float = timedelta(minutes=5),
-    kafka_config_id: str = "kafka_default",
-    server: str | None = None,
-    poll_interval: float = 5.0,
-    cursor_group: str | None = None,
-    pause_on_breach: Sequence[str] = (),
-    kafka_connect_conn_id: str = KafkaConnectHook.default_conn_name,
-) -> Asset:
+def tolerance_asset(*, server: str | None = None, **settings: Unpack[ToleranceSettings]) -> Asset:
     """A pipeline's tolerance ``event`` (``breach`` or ``recovery``) as an asset, watched by ``ToleranceEventTrigger``.
 
-    The watch settings are :class:`~airflow_kerr.sensors.tolerance.ToleranceSensor`'s
-    (``consumer_group`` is its ``group_id``); give the breach and the recovery asset the
-    same ones, so they share one watch and one state. ``pause_on_breach`` names Kafka Connect
+    ``settings`` are the keyword arguments of
+    :class:`~airflow_kerr.triggers.tolerance_settings.ToleranceSettingsTrigger` (the
+    ``kerr+tolerance`` queue's door, so both doors read them in one place): ``event``, then
+    :class:`~airflow_kerr.sensors.tolerance.ToleranceSensor`'s watch settings
+    (``consumer_group`` is its ``group_id``). Give the breach and the recovery asset the same
+    ones, so they share one watch and one state. ``pause_on_breach`` names Kafka Connect
     connectors (on ``kafka_connect_conn_id``) the watch pauses the moment it sees a breach,
-    before the DAG run exists; the DAG's pause task then follows up. Bad settings fail here,
-    when the DAG file is parsed, with one line per problem.
+    before the DAG run exists; the DAG's pause task then follows up. ``server`` names the
+    cluster in the asset's URI when the connection is not read at parse time. Bad settings fail
+    here, when the DAG file is parsed, with one line per problem.
     """
-    settings = locals()
-    check_event(event)
-    spec = checked_spec(
-        lambda: ToleranceSpec.from_settings(settings),
-        pause_on_breach,
-    )
+    trigger = ToleranceSettingsTrigger(**settings)
+    (event,) = trigger.fire_on  # the door fires on exactly the one event it was given
     return _tolerance_asset(
-        event,
-        spec,
-        uri_cluster=cluster_of(kafka_config_id, server),
-        trigger=ToleranceEventTrigger(
-            spec=spec,
-            kafka_config_id=kafka_config_id,
-            poll_interval=poll_interval,
-            cursor_group=cursor_group,
-            fire_on=event,
-            pause_on_breach=pause_on_breach,
-            kafka_connect_conn_id=kafka_connect_conn_id,
-        ),
+        event, trigger.spec, uri_cluster=cluster_of(trigger.kafka_config_id, server), trigger=trigger
     )
 
 

@@ -16,6 +16,7 @@ from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.tolerance import ToleranceReading, ToleranceSpec, ToleranceWatch
 from airflow_kerr.triggers.base import PollingTrigger
+from airflow_kerr.triggers.tolerance_events import WATCH_FIELDS
 
 
 class ToleranceTrigger(PollingTrigger):
@@ -32,15 +33,7 @@ class ToleranceTrigger(PollingTrigger):
     it. It takes the place of ``spec`` and ``wait_for``, and the trigger serializes the new way.
     """
 
-    fields = (
-        "spec",
-        "wait_for",
-        "poll_interval",
-        "kafka_config_id",
-        "deadline",
-        "pause_on_breach",
-        "kafka_connect_conn_id",
-    )
+    fields = (*WATCH_FIELDS, "wait_for", "deadline")
 
     def __init__(
         self,

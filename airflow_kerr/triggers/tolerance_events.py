@@ -102,6 +102,11 @@ def checked_spec(build: Callable[[], ToleranceSpec], pause_on_breach: str | Sequ
         raise invalid_settings(error.problems + connectors_to_pause(pause_on_breach)[1]) from None
 
 
+#: What both tolerance triggers (this one and the sensor's ``ToleranceTrigger``) keep of their
+#: arguments: what is watched, on which connection, how often, and what a breach pauses.
+WATCH_FIELDS = ("spec", "kafka_config_id", "poll_interval", "pause_on_breach", "kafka_connect_conn_id")
+
+
 class ToleranceEventTrigger(WatchTrigger):
     """For an ``AssetWatcher``: fires on a tolerance breach, and (separately) on recovery from it.
 
@@ -123,23 +128,8 @@ class ToleranceEventTrigger(WatchTrigger):
     watch keeps its saved state.
     """
 
-    fields = (
-        "spec",
-        "kafka_config_id",
-        "poll_interval",
-        "cursor_group",
-        "fire_on",
-        "pause_on_breach",
-        "kafka_connect_conn_id",
-    )
-    stream_fields = (
-        "spec",
-        "kafka_config_id",
-        "poll_interval",
-        "cursor_group",
-        "pause_on_breach",
-        "kafka_connect_conn_id",
-    )
+    fields = (*WATCH_FIELDS, "cursor_group", "fire_on")
+    stream_fields = (*WATCH_FIELDS, "cursor_group")
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.tolerance import ToleranceSpec
@@ -28,6 +28,32 @@ def check_event(event: str) -> None:
     """Refuse an ``event`` other than ``breach`` or ``recovery``, naming it (checked first: it picks the asset)."""
     if event not in FIRE_ON:
         raise ValueError(f"event={event!r}: expected {' or '.join(FIRE_ON)}")
+
+
+class ToleranceSettings(TypedDict, total=False):
+    """The keyword arguments of :class:`ToleranceSettingsTrigger`, for a function that passes them on.
+
+    :func:`~airflow_kerr.assets.watched.tolerance_asset` takes ``**settings`` of this type, so
+    type checkers and editors know its keywords while their defaults and checks stay in the
+    trigger's signature, once.
+    """
+
+    event: str
+    pipeline: str | None
+    source: str
+    metrics_topic: str
+    dlq_topic: str | None
+    source_topics: Sequence[str] | None
+    consumer_group: str | None
+    max_error_rate: float | None
+    max_errors: int | None
+    min_records: int
+    window: timedelta | float
+    kafka_config_id: str
+    poll_interval: float
+    cursor_group: str | None
+    pause_on_breach: Sequence[str]
+    kafka_connect_conn_id: str
 
 
 class ToleranceSettingsTrigger(ToleranceEventTrigger):
