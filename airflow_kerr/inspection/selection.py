@@ -15,7 +15,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import cached_property
 from typing import Any
 
 from airflow_kerr.errors.config import LONG_MAX, ConfigProblem, parse_integer
@@ -118,6 +117,27 @@ class Selection:
     start_offset: int | None = None
     end_offset: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: Whether any value criterion (the sets or the pattern) is set; else every record matches on values.
+    by_values: bool = field(init=False, repr=False, compare=False)
+    #: Whether no criterion is set, so every record matches (the replay then skips :meth:`matches`).
+    everything: bool = field(init=False, repr=False, compare=False)
+    #: Whether a value criterion :meth:`matches` does not test in line is set (classes, pipelines, dialects).
+    _other_values: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Work out the flags :meth:`matches` reads once per record.
+
+        Fields rather than cached properties: an attribute added to the instance after
+        ``__init__`` makes CPython drop its fast attribute reads, and :meth:`matches` reads a
+        dozen attributes per record.
+        """
+        other = bool(self.exception_classes or self.pipelines or self.header_sets)
+        by_values = bool(other or self.exception_pattern is not None or self.stages or self.source_topics)
+        bounds = (self.start_ms, self.end_ms, self.start_offset, self.end_offset)
+        everything = not by_values and all(bound is None for bound in bounds) and not self.headers
+        object.__setattr__(self, "by_values", by_values)
+        object.__setattr__(self, "everything", everything)
+        object.__setattr__(self, "_other_values", other)
 
     @classmethod
     def from_query(cls, mapping: Mapping[str, str | None]) -> Selection:
@@ -153,46 +173,36 @@ class Selection:
             end_ms=end,
         )
 
-    @cached_property
-    def everything(self) -> bool:
-        """Whether no criterion is set, so every record matches (the replay then skips :meth:`matches`)."""
-        return not (
-            self.by_values
-            or self.start_ms is not None
-            or self.end_ms is not None
-            or self.start_offset is not None
-            or self.end_offset is not None
-            or self.headers
-        )
-
-    @cached_property
-    def by_values(self) -> bool:
-        """Whether any value criterion (the sets or the pattern) is set; else every record matches on values."""
-        return bool(
-            self.exception_classes
-            or self.exception_pattern is not None
-            or self.stages
-            or self.source_topics
-            or self.pipelines
-            or self.header_sets
-        )
-
     def matches(self, letter: DeadLetterRecord) -> bool:
-        """Whether a parsed dead letter meets every criterion, cheapest checks first."""
+        """Whether a parsed dead letter meets every criterion, cheapest checks first.
+
+        The replay calls this once per record: the replay's usual criteria (topics, stages,
+        times, offsets) are tested in line, and the rest only when one of them is set.
+        """
+        if self.source_topics:
+            topic = letter.source_topic
+            if (NONE_KEY if topic is None else topic) not in self.source_topics:
+                return False
+        if self.stages:
+            stage = letter.stage  # a Stage is the str of its name
+            if (NONE_KEY if stage is None else stage) not in self.stages:
+                return False
+        if not in_window(letter.timestamp, self.start_ms, self.end_ms):  # parsing made "none" (negative) None
+            return False
+        if (self.start_offset is not None or self.end_offset is not None) and not self.matches_offset(letter.offset):
+            return False
+        if self.exception_pattern is not None and self.exception_pattern.search(letter.exception_class or "") is None:
+            return False
+        if self._other_values and not self._other_values_match(letter):
+            return False
+        return not self.headers or _headers_match(letter, self.headers)
+
+    def _other_values_match(self, letter: DeadLetterRecord) -> bool:
+        """The exact exception class, pipeline and dialect criteria of :meth:`matches`."""
         return (
-            self.matches_time(letter.timestamp)
-            and self.matches_offset(letter.offset)
-            and (
-                not self.by_values
-                or self.matches_values(
-                    letter.exception_class,
-                    None if letter.stage is None else letter.stage.value,
-                    letter.source_topic,
-                    letter.connector_name,
-                    header_set_name(letter.header_set),
-                )
-            )
-            and (not self.headers or _headers_match(letter, self.headers))
+            (not self.exception_classes or _or_none(letter.exception_class) in self.exception_classes)
+            and (not self.pipelines or _or_none(letter.connector_name) in self.pipelines)
+            and (not self.header_sets or header_set_name(letter.header_set) in self.header_sets)
         )
 
     def matches_values(
@@ -220,8 +230,7 @@ class Selection:
 
         A negative timestamp is Kafka's "none" (a record written without one), so it counts as none.
         """
-        stamp = None if timestamp_ms is None or timestamp_ms < 0 else timestamp_ms
-        return in_window(stamp, self.start_ms, self.end_ms)
+        return in_window(_stamp(timestamp_ms), self.start_ms, self.end_ms)
 
     def matches_offset(self, offset: int | None) -> bool:
         """The offset part of :meth:`matches`: inside ``[start_offset, end_offset)`` (no offset counts as -1)."""
@@ -275,6 +284,16 @@ class Selection:
         """A short digest a cursor carries, so a scan resumed with another selection is refused, not mis-added."""
         text = json.dumps(self.to_dict(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _or_none(value: str | None) -> str:
+    """A value as a selection names it: :data:`NONE_KEY` for a missing one."""
+    return NONE_KEY if value is None else value
+
+
+def _stamp(timestamp_ms: int | None) -> int | None:
+    """A DLQ record's timestamp, with Kafka's "none" (a negative one) as ``None``."""
+    return None if timestamp_ms is None or timestamp_ms < 0 else timestamp_ms
 
 
 def _stage_of(stage: str | None, mapping: Mapping[str, str | None], problems: list[ConfigProblem]) -> str | None:
