@@ -79,6 +79,7 @@ class PartitionProcessor:
         ]
         reporters: list[ErrorReporter] = [LogReporter(self.config, self.metrics, logger=LOG, job_config=spec.kafka)]
         if self.config.dlq_topic_name:
+            self.channel.open_dead_letters()  # its producer id arrives while the first batch is fetched
             reporters.append(
                 DeadLetterQueueReporter(
                     self.config, self.metrics, self.channel.send_dead_letter, group=spec.source.group_id

@@ -34,6 +34,9 @@ LOG = logging.getLogger("airflow_kerr.spark.sinks")
 #: (ours included) would take an extra name there for Connect's set, even on a KIP-1191 (``__dlq.errors.``) record.
 HEADER_RECORD_OMITTED = "__kerr.dlq.record.omitted"
 
+#: The DLQ producer's ``compression.type`` when the job's Kafka settings name none (they name one for both).
+DEAD_LETTER_COMPRESSION = "lz4"
+
 #: Called once for every DLQ record written without key and value: the record as built, and why.
 OnOmitted = Callable[[DeadLetterQueueRecord, str], None]
 
@@ -69,12 +72,22 @@ def encode_value(value: Any) -> bytes | None:
 
 
 class ProducerChannel:
-    """One idempotent producer per partition task; delivery errors are kept and raised at flush.
+    """The idempotent producers of one partition task; delivery errors are kept and raised at flush.
+
+    Sink output and metrics go through :attr:`producer`. DLQ records go through their own
+    producer (:meth:`open_dead_letters`), compressed with lz4 unless ``compression.type`` is
+    configured: a DLQ record carries ten context headers, the stack trace among them, so it
+    is about ten times the size of the record it holds, and the traces of a task's failures
+    repeat. Compressed, the broker stores and the network carries a fraction of those
+    bytes, which measured as most of what a failed record cost beyond the task's own thread.
+    Kafka compresses per producer, hence a second one; the sink's output stays as configured.
 
     A DLQ record too large for Kafka (refused by the client at ``produce()`` or by the broker
     in its delivery report) is written again without the failed record's key and value
     (:func:`without_record`), and ``on_omitted`` told so (the job counts it as a failed DLQ
-    write); only if that smaller record is refused too does the task fail.
+    write); only if that smaller record is refused too does the task fail. The client's
+    limit (``message.max.bytes``) is on the record as it is; the broker's is on the
+    compressed batch, so a compressible record may pass it where it would not uncompressed.
     """
 
     def __init__(
@@ -86,7 +99,13 @@ class ProducerChannel:
         self.on_omitted = on_omitted
         self.message_max_bytes = message_max_bytes(kafka_config)
         self.flush_timeout_s = flush_timeout_s
-        self.producer = Producer(
+        self.kafka_config = kafka_config
+        self.producer = self._new_producer(kafka_config)
+        #: The DLQ records' producer, opened by :meth:`open_dead_letters` or with the first DLQ record.
+        self.dead_letters: Producer | None = None
+
+    def _new_producer(self, kafka_config: Mapping[str, Any]) -> Producer:
+        return Producer(
             {
                 **kafka_config,
                 "enable.idempotence": True,
@@ -96,18 +115,27 @@ class ProducerChannel:
             }
         )
 
+    def open_dead_letters(self) -> Producer:
+        """The DLQ records' producer, created on the first call: a job with a DLQ calls this as its task starts.
+
+        An idempotent producer waits for its producer id (about half a second on the local
+        broker) before it sends anything; opened with the task, that wait passes while the
+        task's first batch is fetched, instead of at the end of a task that failed a record late.
+        """
+        if self.dead_letters is None:
+            config = self.kafka_config
+            self.dead_letters = self._new_producer(
+                {**config, "compression.type": config.get("compression.type", DEAD_LETTER_COMPRESSION)}
+            )
+        return self.dead_letters
+
     def _delivered(self, error: KafkaError | None, message: Any) -> None:
         if error is not None:
             self.failures.append((message.topic(), error))
 
     def produce(self, topic: str, **kwargs: Any) -> None:
         """Queue one record, waiting for room when the local queue is full."""
-        while True:
-            try:
-                self.producer.produce(topic, **kwargs)
-                return
-            except BufferError:
-                self.producer.poll(0.1)
+        _produce_waiting(self.producer, topic, **kwargs)
 
     def send_dead_letter(self, record: DeadLetterQueueRecord) -> None:
         """Queue a DLQ record; one the client refuses for its size is queued without key and value instead.
@@ -116,11 +144,12 @@ class ProducerChannel:
         """
         delivered = partial(self._dead_letter_delivered, record, False)
         headers: Any = record.headers  # confluent-kafka's stubs want str | bytes values; None is valid too
+        producer = self.dead_letters or self.open_dead_letters()
         try:
             try:
                 # The usual case in one C call, without building keyword arguments: partition -1 lets the
                 # partitioner choose, and timestamp 0 lets the client stamp the record (produce()'s defaults).
-                self.producer.produce(
+                producer.produce(
                     record.topic,
                     record.value,
                     record.key,
@@ -130,7 +159,7 @@ class ProducerChannel:
                     headers=headers,
                 )
             except BufferError:
-                self.produce(**record.produce_kwargs(), on_delivery=delivered)
+                _produce_waiting(producer, **record.produce_kwargs(), on_delivery=delivered)
         except KafkaException as error:
             if not is_size_error(error):
                 raise
@@ -139,7 +168,11 @@ class ProducerChannel:
 
     def _write_without_record(self, record: DeadLetterQueueRecord, why: str) -> None:
         smaller = without_record(record, why)
-        self.produce(**smaller.produce_kwargs(), on_delivery=partial(self._dead_letter_delivered, smaller, True))
+        _produce_waiting(
+            self.open_dead_letters(),
+            **smaller.produce_kwargs(),
+            on_delivery=partial(self._dead_letter_delivered, smaller, True),
+        )
         LOG.error(
             "Could not produce message to dead letter queue. topic=%s: the record was too large (%s); wrote it "
             "without the failed record's key and value (%s: %s)",
@@ -168,13 +201,13 @@ class ProducerChannel:
         DLQ records the broker refused for their size are written again without key and value
         first, and waited for too.
         """
-        remaining = self.producer.flush(self.flush_timeout_s)
+        remaining = self._flush_all()
         if self.oversized and not remaining:
             refused, self.oversized = self.oversized, []
             for record, error in refused:
                 size = batch_size(record.key, record.value, record.headers)
                 self._write_without_record(record, f"{size:,} bytes refused by the broker ({error.str()})")
-            remaining = self.producer.flush(self.flush_timeout_s)
+            remaining = self._flush_all()
         if remaining:
             raise DeliveryFailed(
                 KafkaError(KafkaError._TIMED_OUT, f"{remaining} records not delivered within {self.flush_timeout_s} s")
@@ -184,6 +217,23 @@ class ProducerChannel:
             raise DeliveryFailed(
                 KafkaError(error.code(), f"{len(self.failures)} records not delivered, first to {topic}: {error.str()}")
             )
+
+    def _flush_all(self) -> int:
+        """Flush both producers (each has had its records since they were queued); how many are still undelivered."""
+        remaining = self.producer.flush(self.flush_timeout_s)
+        if self.dead_letters is not None:
+            remaining += self.dead_letters.flush(self.flush_timeout_s)
+        return remaining
+
+
+def _produce_waiting(producer: Producer, topic: str, **kwargs: Any) -> None:
+    """``producer.produce``, waiting for room when its local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.1)
 
 
 class KafkaSink:

@@ -9,6 +9,7 @@ Driven without Spark, with Arrow batches as the ``kerr_kafka`` source hands them
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from confluent_kafka import Producer
@@ -75,6 +76,11 @@ def bad(length: int) -> bytes:
     return b"{" + b"x" * (length - 1)
 
 
+def incompressible_bad(length: int) -> bytes:
+    """A value the JSON converter refuses, ``length`` bytes of random hex after ``{``: lz4 cannot shrink it."""
+    return b"{" + random.Random(length).randbytes(length).hex().encode()[: length - 1]
+
+
 def test_dlq_records_under_at_and_over_the_producers_limit(kafka_config: dict[str, Any], unique_topic: str) -> None:
     """message.max.bytes=20,000: DLQ records of 19,999 and 20,000 bytes are written whole, 20,001 without its value."""
     limit = 20_000
@@ -110,10 +116,13 @@ def test_dlq_records_under_at_and_over_the_producers_limit(kafka_config: dict[st
 def test_a_dlq_record_the_broker_refuses_is_written_without_its_value(
     kafka_config: dict[str, Any], unique_topic: str
 ) -> None:
-    """The DLQ topic takes 20,000-byte batches: its MESSAGE_TOO_LARGE comes in the delivery report, at flush."""
+    """The DLQ topic takes 20,000-byte batches: its MESSAGE_TOO_LARGE comes in the delivery report, at flush.
+
+    The broker measures the batch as sent, compressed: the value is one lz4 cannot shrink.
+    """
     topic = topics(kafka_config, unique_topic, dlq_max_message_bytes=20_000)
 
-    processor = run(kafka_config, topic, [b'{"id": 0}', bad(25_000), b'{"id": 2}'])
+    processor = run(kafka_config, topic, [b'{"id": 0}', incompressible_bad(25_000), b'{"id": 2}'])
 
     (omitted,) = read_to_end(kafka_config, f"{topic}.dlq")
     assert omitted.key() is None and omitted.value() is None
@@ -122,4 +131,20 @@ def test_a_dlq_record_the_broker_refuses_is_written_without_its_value(
     assert marker.endswith(f"; key and value of {topic}/0/1 omitted")
     assert header(omitted, "__connect.errors.topic") == topic.encode()
     assert processor.metrics.deadletterqueue_produce_failures == 1
+    assert len(read_to_end(kafka_config, f"{topic}.clean")) == 2
+
+
+def test_a_dlq_record_over_the_topics_limit_but_not_compressed_is_written_whole(
+    kafka_config: dict[str, Any], unique_topic: str
+) -> None:
+    """DLQ records are sent lz4-compressed, so a 25,000-byte record that compresses fits a 20,000-byte DLQ topic."""
+    topic = topics(kafka_config, unique_topic, dlq_max_message_bytes=20_000)
+
+    processor = run(kafka_config, topic, [b'{"id": 0}', bad(25_000), b'{"id": 2}'])
+
+    (whole,) = read_to_end(kafka_config, f"{topic}.dlq")
+    assert whole.value() == bad(25_000)
+    assert header(whole, HEADER_RECORD_OMITTED) is None
+    assert header(whole, "__connect.errors.offset") == b"1"
+    assert processor.metrics.deadletterqueue_produce_failures == 0
     assert len(read_to_end(kafka_config, f"{topic}.clean")) == 2
