@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from functools import partial
+from itertools import compress
 from typing import Any, Final
 
 import numpy as np
@@ -20,6 +21,7 @@ import pyarrow.json as pa_json
 
 from airflow_kerr.errors import PipelineStage, SourceRecord
 from airflow_kerr.spark.batch import BatchStageRunner, positions_of
+from airflow_kerr.spark.columns import BatchColumns
 from airflow_kerr.spark.stages import (
     BatchRunner,
     decode_json,
@@ -32,6 +34,10 @@ __all__ = ["InexactJsonNumber", "VectorizedJsonConverter", "decode_string_column
 # The JSON reader's unit of work: a batch is parsed as one block (a value never spans two blocks).
 _MIN_BLOCK_BYTES: Final = 1 << 16
 _NEWLINE: Final = ord("\n")
+_OPEN_BRACE: Final = ord("{")
+_CLOSE_BRACE: Final = ord("}")
+#: The shape sieve gives way to the full sieve when more than one value in this many is not shaped like an object.
+SHAPE_SIEVE_MAX_SHARE: Final = 8
 
 
 class VectorizedJsonConverter:
@@ -64,14 +70,22 @@ class VectorizedJsonConverter:
         self.check = _fast_json_check()
         self.check_or_null = partial(_unless_null, self.check)
         self.sieve_first = False
+        #: Try :meth:`sieve_by_shape` before the full sieve; off once a batch's bad value was broken inside.
+        self.shape_first = True
 
     def convert(
-        self, raw: pa.Array, rows: list[int], source_record: Callable[[int], SourceRecord]
+        self,
+        raw: pa.Array,
+        rows: list[int],
+        source_record: Callable[[int], SourceRecord],
+        columns: BatchColumns | None = None,
     ) -> tuple[pa.Array, list[int]]:
         """Decode ``raw`` (binary values of ``rows``); return the decoded column and the rows that decoded.
 
         After a batch that held a bad value the next one is sieved first: a stream with some
         bad records has them in most batches, and the whole-batch attempt would fail again.
+        ``columns``, the batch's, builds the source records of a few failed values from
+        their rows alone (:meth:`BatchColumns.source_records_of`).
         """
         if not self.sieve_first:
             try:
@@ -80,27 +94,101 @@ class VectorizedJsonConverter:
                 pass  # some value is bad: sieve this batch
             else:
                 return self.exact_only(column, raw, rows, source_record)
+        if self.shape_first:
+            shaped = self.sieve_by_shape(raw, rows, source_record, columns)
+            if shaped is not None:
+                return shaped
         values = raw.to_pylist()
         suspects = failing_items(self.check if raw.null_count == 0 else self.check_or_null, values)
         self.sieve_first = bool(suspects)
         if suspects:
-            # The per-record converter decides what a suspect is: malformed values fail here exactly as they
-            # would record by record; one Python accepts (NaN, a huge number) stays for pyarrow's parse below.
-            _, accepted = self.runner.run(
-                self.stage, decode_json, [values[i] for i in suspects], [rows[i] for i in suspects], source_record
+            raw, rows = self.without_rejected(
+                raw, rows, suspects, [values[i] for i in suspects], source_record, columns
             )
-            rejected = {rows[i] for i in suspects} - set(accepted)
-            keep = [i for i in range(len(values)) if rows[i] not in rejected]
-            if not keep:
-                return pa.nulls(0), []
-            raw = raw.take(pa.array(keep, pa.int64()))
-            rows = [rows[i] for i in keep]
+        return self.parse_sieved(raw, rows, source_record)
+
+    def parse_sieved(
+        self, raw: pa.Array, rows: list[int], source_record: Callable[[int], SourceRecord]
+    ) -> tuple[pa.Array, list[int]]:
+        """Parse what a sieve left, each value valid JSON: a value only pyarrow rejects fails alone, by bisection."""
+        if not rows:
+            return pa.nulls(0), []
         batch = pa.RecordBatch.from_arrays([raw], ["raw"])
         parsed_rows = rows
         decoded, rows = self.batch_runner.run(self.stage, SchemaLockedParse(), batch, rows, source_record)
         if len(rows) != len(parsed_rows):
             raw = raw.take(positions_of(parsed_rows, rows))
         return self.exact_only(decoded.column("value"), raw, rows, source_record)
+
+    def sieve_by_shape(
+        self,
+        raw: pa.Array,
+        rows: list[int],
+        source_record: Callable[[int], SourceRecord],
+        columns: BatchColumns | None,
+    ) -> tuple[pa.Array, list[int]] | None:
+        """The sieve's fast first try: only values not shaped like one JSON object go through the per-record converter.
+
+        A bad value in a stream of objects is most often cut short or not JSON at all, so
+        its first byte is not ``{`` or its last not ``}``: two byte reads per value, in
+        numpy, where the full sieve checks every value with a parser (about 0.2 µs a value).
+        The other values are parsed first, so nothing is reported when this gives way to the
+        full sieve: it returns None when many values are not objects (this would send them
+        all through ``json.loads``) or when the others fail to parse (a value broken inside;
+        the task's later batches then go to the full sieve directly). Then the per-record
+        converter decides on each suspect, in row order, as in the full sieve; one it accepts
+        (an array, an object with a trailing space) is parsed with the rest once more.
+        """
+        suspects = _not_object_shaped(raw)
+        if len(suspects) * SHAPE_SIEVE_MAX_SHARE > len(raw):
+            return None
+        others, other_rows = _without(raw, rows, suspects)
+        try:
+            column = parse_json_column(others) if other_rows else pa.nulls(0)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            self.shape_first = False
+            return None
+        self.sieve_first = bool(suspects)
+        if suspects:
+            picked = raw.take(pa.array(suspects, pa.int64())).to_pylist()
+            accepted = self.accepted_suspects(rows, suspects, picked, source_record, columns)
+            if accepted:  # a suspect the per-record converter took stays: parsed with the others once more
+                raw, rows = _without(raw, rows, [i for i in suspects if rows[i] not in accepted])
+                return self.parse_sieved(raw, rows, source_record)
+        if not other_rows:
+            return pa.nulls(0), []
+        return self.exact_only(column, others, other_rows, source_record)
+
+    def without_rejected(
+        self,
+        raw: pa.Array,
+        rows: list[int],
+        suspects: list[int],
+        values: list[Any],
+        source_record: Callable[[int], SourceRecord],
+        columns: BatchColumns | None,
+    ) -> tuple[pa.Array, list[int]]:
+        """``raw`` and ``rows`` less the suspects (positions in ``raw``; ``values`` are theirs) that fail to convert."""
+        accepted = self.accepted_suspects(rows, suspects, values, source_record, columns)
+        return _without(raw, rows, [i for i in suspects if rows[i] not in accepted])
+
+    def accepted_suspects(
+        self,
+        rows: list[int],
+        suspects: list[int],
+        values: list[Any],
+        source_record: Callable[[int], SourceRecord],
+        columns: BatchColumns | None,
+    ) -> set[int]:
+        """The rows of the suspects the per-record converter takes; the others fail (and are reported) as it fails them.
+
+        Each suspect fails exactly as it would record by record; one Python accepts (NaN, a
+        huge number) stays for pyarrow's parse.
+        """
+        suspect_rows = [rows[i] for i in suspects]
+        source = source_record if columns is None else columns.source_records_of(suspect_rows)
+        _, accepted = self.runner.run(self.stage, decode_json, values, suspect_rows, source)
+        return set(accepted)
 
     def exact_only(
         self, column: pa.Array, raw: pa.Array, rows: list[int], source_record: Callable[[int], SourceRecord]
@@ -269,6 +357,37 @@ def _read_json_lines(text: pa.Buffer, schema: pa.Schema | None) -> pa.Table:
     options = pa_json.ReadOptions(use_threads=False, block_size=max(_MIN_BLOCK_BYTES, text.size + 1))
     parse = None if schema is None else pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
     return pa_json.read_json(pa.BufferReader(text), read_options=options, parse_options=parse)
+
+
+def _without(raw: pa.Array, rows: list[int], positions: list[int]) -> tuple[pa.Array, list[int]]:
+    """``raw`` and ``rows`` less the given positions (ascending), with a mask rather than a Python step per row."""
+    if not positions:
+        return raw, rows
+    keep = np.ones(len(rows), bool)
+    keep[positions] = False
+    return raw.filter(pa.array(keep)), list(compress(rows, keep.tolist()))
+
+
+def _not_object_shaped(raw: pa.Array) -> list[int]:
+    """Positions of the non-null values whose first byte is not ``{`` or whose last is not ``}`` (empty ones too)."""
+    values = pc.cast(raw, pa.binary()) if not pa.types.is_binary(raw.type) else raw
+    count = len(values)
+    if count == 0:
+        return []
+    _, offsets_buffer, data_buffer = values.buffers()
+    offsets = np.frombuffer(offsets_buffer, np.int32, count + 1, values.offset * 4)
+    starts, ends = offsets[:-1], offsets[1:]
+    data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    empty = starts >= ends
+    if data.size == 0:
+        shaped = np.zeros(count, bool)
+    else:
+        first = data[np.minimum(starts, data.size - 1)]
+        last = data[np.clip(ends - 1, 0, data.size - 1)]
+        shaped = ~empty & (first == _OPEN_BRACE) & (last == _CLOSE_BRACE)
+    if values.null_count:
+        shaped |= ~np.asarray(values.is_valid())
+    return np.flatnonzero(~shaped).tolist()
 
 
 def failing_items(check: Callable[[Any], Any], items: list[Any]) -> list[int]:

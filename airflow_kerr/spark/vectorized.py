@@ -112,10 +112,9 @@ class VectorizedStages:
         """The key and value converters over whole columns, then the batch transformations receive."""
 
         processor = self.processor
-        source = columns.source_record
         rows = list(range(batch.num_rows))
-        keys, key_rows = self.convert(processor.key_converter, batch.column("key"), rows, source)
-        values, rows = self.convert(processor.value_converter, batch.column("value"), key_rows, source)
+        keys, key_rows = self.convert(processor.key_converter, batch.column("key"), rows, columns)
+        values, rows = self.convert(processor.value_converter, batch.column("value"), key_rows, columns)
         if len(rows) != len(key_rows):
             keys = keys.take(positions_of(key_rows, rows))
         coordinates = batch.select(["topic", "partition", "offset", "timestamp"])
@@ -160,13 +159,14 @@ class VectorizedStages:
         pairs = list(zip(written_values, written_keys, strict=True))
         return processor.write_encoded(pairs, rows, columns.source_record)
 
-    def convert(self, converter: Converter, raw: Any, rows: list[int], source: Any) -> tuple[Any, list[int]]:
+    def convert(self, converter: Converter, raw: Any, rows: list[int], columns: BatchColumns) -> tuple[Any, list[int]]:
         """One converter over a whole column; a value it cannot convert is reported and left out with its row."""
         runner = self.processor.runner
+        source = columns.source_record
         if converter.fn is None:
             return raw, rows
         if converter.fn is decode_json:
-            return self.json_converters[converter.stage.type].convert(raw, rows, source)
+            return self.json_converters[converter.stage.type].convert(raw, rows, source, columns)
         if converter.fn is decode_string:
             return decode_string_column(raw, rows, converter.stage, runner, source)
         converted, kept = runner.run(converter.stage, converter.fn, raw.to_pylist(), rows, source)

@@ -35,6 +35,8 @@ from airflow_kerr.errors import (
 from airflow_kerr.errors.dead_letter import DeadLetterQueueRecord
 from airflow_kerr.spark.batch import BatchContractError, BatchStageRunner, as_arrow_function
 from airflow_kerr.spark.column_converters import VectorizedJsonConverter, encode_json_column, parse_json_column
+from airflow_kerr.spark.columns import BatchColumns
+from airflow_kerr.spark.kafka_source import _arrow_schema
 from airflow_kerr.spark.spec import InvalidPipelineSpec
 from airflow_kerr.spark.stages import BatchRunner, batch_transformation, decode_json, make_converter
 from airflow_kerr.spark.vectorized import uses_batch_transformations
@@ -675,3 +677,80 @@ def test_a_pipeline_mixing_batch_and_per_record_transformations_is_refused_namin
 def test_batch_transformation_refuses_an_unknown_kind() -> None:
     with pytest.raises(ValueError, match="kind='polars'"):
         batch_transformation(kind="polars")
+
+
+def kafka_batch(values: list[bytes | None], first_offset: int) -> pa.RecordBatch:
+    """Records as the ``kerr_kafka`` source hands them to a task: its schema, a header on every third record."""
+    count = len(values)
+    header = [("trace", b"t-%d" % (first_offset + row)) for row in range(count)]
+    return pa.RecordBatch.from_pydict(
+        {
+            "key": [b"k%d" % (first_offset + row) for row in range(count)],
+            "value": values,
+            "topic": ["orders"] * count,
+            "partition": [1] * count,
+            "offset": [first_offset + row for row in range(count)],
+            "timestamp": [1_700_000_000_000_000 + 1000 * (first_offset + row) for row in range(count)],
+            "timestamp_type": [0] * count,
+            "headers": [[header[row]] if row % 3 == 0 else [] for row in range(count)],
+        },
+        schema=_arrow_schema(),
+    )
+
+
+def good_values(count: int, first: int) -> list[bytes | None]:
+    return [b'{"id": "o-%d", "amount": %d.5}' % (first + row, row) for row in range(count)]
+
+
+def with_values(values: list[bytes | None], placed: dict[int, bytes | None]) -> list[bytes | None]:
+    return [placed.get(row, value) for row, value in enumerate(values)]
+
+
+#: Batches of one task, in order: each says what the sieve meets in it.
+STREAM = [
+    # Cut short, not JSON, a tombstone: the whole-batch parse fails, the shape sieve finds both bad values.
+    with_values(good_values(48, 0), {5: b'{"id": "o-5", "amount": ', 20: b"{not json", 33: None}),
+    # Sieved first now; an object with a trailing space is a suspect json.loads takes, so it stays.
+    with_values(good_values(48, 48), {3: b'{"id": "o-51", "amount": ', 10: b'{"id": "o-58", "amount": 1.5} '}),
+    # Two objects in one value look like one object: the rest fails to parse, the full sieve finds both, in order.
+    with_values(good_values(48, 96), {7: b'{"id": "a"}{"id": "b"}', 30: b'{"id": "o-126", "amount": '}),
+    # The shape sieve is given up for this task: the full sieve from the start.
+    with_values(good_values(48, 144), {2: b'{"id": "o-146"'}),
+]
+
+
+def test_a_task_s_batches_are_sieved_as_the_per_record_converter_fails_their_values() -> None:
+    """One converter over a task's batches, each value's fate, DLQ record and order as the per-record path's.
+
+    The failed records' source records come from the batch's own columns, each from a take of
+    the suspects' rows (a few per batch), and must equal what the whole columns give.
+    """
+    vectorized, per_record = Policy(**{"errors.tolerance": "all"}), Policy(**{"errors.tolerance": "all"})
+    converter = VectorizedJsonConverter(JSON_STAGE, vectorized.runner, vectorized.batch_runner)
+    first_offset = 0
+    for values in STREAM:
+        batch = kafka_batch(values, first_offset)
+        columns, rows = BatchColumns(batch), list(range(len(values)))
+
+        column, kept = converter.convert(batch.column("value"), rows, columns.source_record, columns)
+
+        expected, expected_rows = per_record.runner.run(
+            JSON_STAGE, decode_json, values, rows, BatchColumns(batch).source_record
+        )
+        assert kept == expected_rows
+        assert column.to_pylist() == as_struct_rows(expected)
+        first_offset += len(values)
+    assert [record.source for record in vectorized.dead] == [
+        "orders/1/5", "orders/1/20", "orders/1/51", "orders/1/103", "orders/1/126", "orders/1/146",
+    ]  # fmt: skip
+    assert vectorized.dead == per_record.dead
+    assert converter.sieve_first and not converter.shape_first
+
+
+def test_the_source_records_of_a_few_rows_equal_those_of_the_whole_columns() -> None:
+    batch = kafka_batch(good_values(64, 500), 500)
+    rows = [0, 3, 31, 63]
+
+    few = BatchColumns(batch).source_records_of(rows)
+
+    assert [few(row) for row in rows] == [BatchColumns(batch).source_record(row) for row in rows]
