@@ -114,7 +114,10 @@ class VectorizedStages:
         processor = self.processor
         rows = list(range(batch.num_rows))
         keys, key_rows = self.convert(processor.key_converter, batch.column("key"), rows, columns)
-        values, rows = self.convert(processor.value_converter, batch.column("value"), key_rows, columns)
+        raw_values = batch.column("value")
+        if len(key_rows) != batch.num_rows:  # the value converter sees only the records whose key converted
+            raw_values = raw_values.take(pa.array(key_rows, pa.int64()))
+        values, rows = self.convert(processor.value_converter, raw_values, key_rows, columns)
         if len(rows) != len(key_rows):
             keys = keys.take(positions_of(key_rows, rows))
         coordinates = batch.select(["topic", "partition", "offset", "timestamp"])

@@ -253,3 +253,27 @@ def test_the_batch_example_pipeline_runs_on_spark(
     assert committed(kafka_config, f"{topic}-group", topic, 2) == [
         end_offsets(kafka_config, [(topic, p)])[(topic, p)] for p in range(2)
     ]
+
+
+def test_a_key_that_fails_to_convert_goes_to_the_dlq_and_the_batch_goes_on(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """A key the string converter refuses (not UTF-8) left the value converter a column one value longer
+    than its rows, and the task failed on "Arrays were not all the same length"."""
+    topic = create_topic(unique_topic)
+    for suffix in (".clean", ".dlq", ".metrics"):
+        create_topic(topic + suffix)
+    producer = Producer(kafka_config)
+    for index in range(4):
+        key = b"\xff\xfe" if index == 1 else f"o-{index}".encode()
+        producer.produce(topic, key=key, value=b'{"id": "o-%d", "customer": "c-0", "amount": 5.5}' % index)
+    assert producer.flush(30) == 0
+
+    processor = run_processor(kafka_config, topic, topic, BATCH, messages_to_arrow(read_to_end(kafka_config, topic)))
+
+    (dead,) = read_to_end(kafka_config, f"{topic}.dlq")
+    assert source_offset(dead) == 1
+    assert dict(dead.headers() or [])["__connect.errors.stage"] == b"KEY_CONVERTER"
+    sink = read_to_end(kafka_config, f"{topic}.clean")
+    assert [(m.key(), json.loads(m.value())["id"]) for m in sink] == [(b"o-0", "o-0"), (b"o-2", "o-2"), (b"o-3", "o-3")]
+    assert processor.records_out == 3
