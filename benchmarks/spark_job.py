@@ -16,7 +16,9 @@ through the ``kerr_kafka`` source by Spark ``local[2]`` and written to a Kafka t
 
 All modes run in the same Spark session against the same broker, alternating, ``--repeat``
 times each; every figure is a median with min-max, and every ratio is taken within a
-round (error-aware ÷ plain, vectorized ÷ copy). A run starts once processes outside this
+round (error-aware ÷ plain, vectorized ÷ copy). Each run's sink and DLQ topics, and each
+input topic after its rounds, are deleted: the broker holds one input topic and one run's
+output at a time (see ``drop_run_topics``). A run starts once processes outside this
 benchmark use < 0.3 cores and the broker has finished the background work the previous
 run left it (noida-db keeps a core busy for seconds after a large write); what others
 used during the run and the load average are recorded. A profile of the vectorized path
@@ -107,12 +109,16 @@ def job_spec(config: dict[str, Any], topic: str, sink: str, tag: str, transforma
             "metrics_topic": "bench.metrics",
             "errors": {
                 "errors.tolerance": "all",
-                "errors.deadletterqueue.topic.name": f"{topic}.dlq.{tag}",
+                "errors.deadletterqueue.topic.name": dead_letter_topic(topic, tag),
                 "errors.deadletterqueue.context.headers.enable": "true",
                 "errors.deadletterqueue.topic.replication.factor": "1",
             },
         }
     )
+
+
+def dead_letter_topic(topic: str, tag: str) -> str:
+    return f"{topic}.dlq.{tag}"
 
 
 def real_job(spark: Any, config: dict[str, Any], topic: str, sink: str, tag: str, transformation: str) -> int:
@@ -188,20 +194,53 @@ def warm_up(spark: Any, config: dict[str, Any], records: int) -> None:
         ("vectorized", VECTORIZED_TRANSFORMATION),
     ):
         real_job(spark, config, topic, f"{topic}.{mode}", f"{mode}-{topic}", transformation)
+    drop_topics(
+        config,
+        [topic, f"{topic}.plain"]
+        + [
+            name
+            for mode in ("error_aware", "vectorized")
+            for name in (f"{topic}.{mode}", dead_letter_topic(topic, f"{mode}-{topic}"))
+        ],
+    )
 
 
 def sink_topic(topic: str, mode: str, attempt: int) -> str:
     return f"{topic}.{mode}.{attempt}"
 
 
-def drop_sink(config: dict[str, Any], topic: str, mode: str, attempt: int) -> None:
-    """Delete a run's sink topic once it is timed: 60 runs of up to 1,000,000 records grew noida-db to 14 GB,
+def drop_run_topics(config: dict[str, Any], topic: str, mode: str, attempt: int) -> None:
+    """Delete what a run wrote once it is timed: its sink and, for the real job, its DLQ topic.
 
-    and it died in the middle of a run (every client then saw "Connection refused").
+    noida-db works on one core for seconds after a write, and that work grows with all it
+    stores: after each of three 300,000-record writes to a fresh broker it took 0.8, 1.5 and
+    3.7 core-seconds. Sinks kept from run to run grew it to 14 GB, and it died in the middle of
+    a run. Kept DLQ and input topics added up to 330,000 DLQ records of about 1.3 KB and
+    1,900,000 input records before the 1,000,000-record rounds at 1 % bad, and its work after
+    each run's writes with them.
     """
-    from raw_ceiling import delete_topic
+    names = [sink_topic(topic, mode, attempt)]
+    if mode in ("error_aware", "vectorized"):
+        names.append(dead_letter_topic(topic, run_tag(mode, attempt, topic)))
+    drop_topics(config, names)
 
-    delete_topic(config, sink_topic(topic, mode, attempt))
+
+def drop_topics(config: dict[str, Any], names: list[str]) -> None:
+    """Delete topics; one that was never created (a run that wrote nothing there) is not an error."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(config)
+    for name, future in admin.delete_topics(names).items():
+        try:
+            future.result(30)
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise RuntimeError(f"could not delete {name}: {error}") from error
+
+
+def run_tag(mode: str, attempt: int, topic: str) -> str:
+    return f"{mode}-{attempt}-{topic}"
 
 
 def run_mode(spark: Any, config: dict[str, Any], mode: str, topic: str, attempt: int) -> int:
@@ -215,7 +254,7 @@ def run_mode(spark: Any, config: dict[str, Any], mode: str, topic: str, attempt:
     if mode == "plain":
         return plain_job(spark, config, topic, sink)
     transformation = VECTORIZED_TRANSFORMATION if mode == "vectorized" else "spark_job_transforms.transform"
-    return real_job(spark, config, topic, sink, f"{mode}-{attempt}-{topic}", transformation)
+    return real_job(spark, config, topic, sink, run_tag(mode, attempt, topic), transformation)
 
 
 def wait_broker_idle(meter: CpuMeter, broker_pid: int | None, timeout_s: float = 30.0) -> float:
@@ -282,7 +321,7 @@ def main() -> int:
                         written = run_mode(spark, config, mode, topic, attempt)
                         seconds = time.perf_counter() - started
                         others = meter.foreign_cores(before, meter.sample())
-                        drop_sink(config, topic, mode, attempt)
+                        drop_run_topics(config, topic, mode, attempt)
                         runs.append(
                             {
                                 "mode": mode,
@@ -303,6 +342,8 @@ def main() -> int:
                 if bad == VECTORIZED_TARGET["bad_ratio"] and records == VECTORIZED_TARGET["records"]:
                     profile = profile_vectorized(config, topic)
                     print(f"  vectorized profile, core-µs per record: {profile['us_per_record']}", flush=True)
+                    drop_topics(config, [f"{topic}.profile", dead_letter_topic(topic, "profile")])
+                drop_topics(config, [topic])
     finally:
         spark.stop()
         if broker is not None:
