@@ -59,12 +59,21 @@ def create_topic(config: dict[str, Any], topic: str) -> None:
     admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
 
 
-def delete_topic(config: dict[str, Any], topic: str) -> None:
-    """Drop a topic a run wrote, so the broker does not grow from run to run (the client is kept until it answers)."""
+def delete_topics(config: dict[str, Any], names: list[str], *, missing_ok: bool = False) -> None:
+    """Drop topics a run wrote, so the broker does not grow from run to run (the client is kept until it answers).
+
+    With ``missing_ok`` a topic that was never created (a run that wrote nothing there) is not an error.
+    """
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(config)
-    admin.delete_topics([topic])[topic].result(30)
+    for name, future in admin.delete_topics(names).items():
+        try:
+            future.result(30)
+        except KafkaException as error:
+            if not (missing_ok and error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+                raise RuntimeError(f"could not delete {name}: {error}") from error
 
 
 def produce(config: dict[str, Any], topic: str, count: int) -> int:
@@ -160,8 +169,7 @@ def measure_broker(kind: str, records: int, repeat: int, quiet_timeout: float, m
                 )
             others.append(meter.foreign_cores(before, meter.sample()))
             print(f"  {kind} round {attempt}: others used {others[-1]:.2f} cores", flush=True)
-            delete_topic(config, source)
-            delete_topic(config, target)
+            delete_topics(config, [source, target])
     finally:
         broker.stop()
     summary = {mode: {key: spread([row[key] for row in rows]) for key in rows[0]} for mode, rows in runs.items()}
