@@ -23,6 +23,8 @@ from airflow_kerr.errors import PipelineStage, SourceRecord
 from airflow_kerr.spark.batch import BatchStageRunner, positions_of
 from airflow_kerr.spark.columns import BatchColumns
 from airflow_kerr.spark.stages import (
+    FAST_DECODE_JSON,
+    FAST_DECODE_STRING,
     BatchRunner,
     decode_json,
     decode_string,
@@ -187,7 +189,7 @@ class VectorizedJsonConverter:
         """
         suspect_rows = [rows[i] for i in suspects]
         source = source_record if columns is None else columns.source_records_of(suspect_rows)
-        _, accepted = self.runner.run(self.stage, decode_json, values, suspect_rows, source)
+        _, accepted = self.runner.run(self.stage, decode_json, values, suspect_rows, source, fast=FAST_DECODE_JSON)
         return set(accepted)
 
     def exact_only(
@@ -429,7 +431,7 @@ def decode_string_column(
     try:
         return pc.cast(raw, pa.string()), rows
     except pa.ArrowInvalid:
-        texts, kept = runner.run(stage, decode_string, raw.to_pylist(), rows, source_record)
+        texts, kept = runner.run(stage, decode_string, raw.to_pylist(), rows, source_record, fast=FAST_DECODE_STRING)
         return pa.array(texts, pa.string()), kept
 
 

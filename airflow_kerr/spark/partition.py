@@ -123,12 +123,13 @@ class PartitionProcessor:
         keys: list[Any] = columns.keys
         values: list[Any] = columns.values
         source = columns.source_record
-        if self.key_converter.fn is not None:
-            keys, rows = self.runner.run(self.key_converter.stage, self.key_converter.fn, keys, rows, source)
+        run, key, value = self.runner.run, self.key_converter, self.value_converter
+        if key.fn is not None:
+            keys, rows = run(key.stage, key.fn, keys, rows, source, fast=key.fast)
             if self.runner.dropped:
                 values = without_positions(values, self.runner.dropped)
-        if self.value_converter.fn is not None:
-            values, rows = self.runner.run(self.value_converter.stage, self.value_converter.fn, values, rows, source)
+        if value.fn is not None:
+            values, rows = run(value.stage, value.fn, values, rows, source, fast=value.fast)
             if self.runner.dropped:
                 keys = without_positions(keys, self.runner.dropped)
         if not self.transformations and isinstance(self.sink, KafkaSink):
@@ -167,7 +168,8 @@ class PartitionProcessor:
         sink = self.sink
         if not isinstance(sink, KafkaSink):
             raise TypeError(f"write_encoded writes to a Kafka sink; this task's sink is {type(sink).__name__}")
-        done, _ = self.runner.run(self.put_stage, sink.put_encoded, pairs, rows, source, fast=sink.produce_value_key)
+        fast = sink.produce_value_key
+        done, _ = self.runner.run(self.put_stage, sink.put_encoded, pairs, rows, source, fast=fast, star=True)
         return len(done)
 
     def finish(self) -> dict[str, Any]:

@@ -55,12 +55,42 @@ def decode_json(raw: bytes | None) -> Any:
     return None if raw is None else json.loads(raw)
 
 
+def fast_json_decoder() -> Callable[[bytes], Any] | None:
+    """msgspec's JSON decoder: ``json.loads``'s value for every text it accepts, about seven times faster.
+
+    It is a C function, so mapping it over a batch runs no Python frame per record, and it
+    accepts strictly less than ``json.loads``: ``NaN``, ``Infinity``, numbers beyond a
+    double, lone surrogates and a UTF-8 byte order mark are refused (json.loads accepts
+    them), as are all invalid texts. A value it refuses goes to :func:`decode_json`, whose
+    result or exception is the record's, so a DLQ record names ``json.loads``'s error.
+    None without msgspec (a bare Spark executor): the converter is then ``json.loads`` alone.
+    """
+    try:
+        import msgspec
+    except ImportError:  # pragma: no cover - msgspec comes with Airflow; a bare Spark executor may lack it
+        return None
+    decode: Callable[[bytes], Any] = msgspec.json.Decoder().decode
+    return decode
+
+
+#: The JSON converter's fast function (:func:`fast_json_decoder`), one for the process.
+FAST_DECODE_JSON: Final = fast_json_decoder()
+#: The string converter's: :func:`decode_string` for bytes (UTF-8, strict), a C method; a null goes to decode_string.
+FAST_DECODE_STRING: Final = bytes.decode
+
+
 @dataclass(frozen=True)
 class Converter:
-    """A key or value converter: a per-record function, or None when the raw bytes pass through."""
+    """A key or value converter: a per-record function, or None when the raw bytes pass through.
+
+    ``fast``, when set, is a C function that returns ``fn``'s result for every input it
+    accepts and raises for the others, which then go to ``fn``: the per-record path maps it
+    over a batch (see :meth:`BatchRunner.run`), and only ``fn``'s outcome ever counts.
+    """
 
     stage: PipelineStage
     fn: Callable[[bytes | None], Any] | None
+    fast: Callable[[bytes], Any] | None = None
 
 
 def make_converter(spec: str, stage: Stage) -> Converter:
@@ -68,9 +98,9 @@ def make_converter(spec: str, stage: Stage) -> Converter:
     if spec == "bytes":
         return Converter(PipelineStage(stage, f"{BUILTIN_CLASS}.ByteArrayConverter"), None)
     if spec == "string":
-        return Converter(PipelineStage(stage, f"{BUILTIN_CLASS}.StringConverter"), decode_string)
+        return Converter(PipelineStage(stage, f"{BUILTIN_CLASS}.StringConverter"), decode_string, FAST_DECODE_STRING)
     if spec == "json":
-        return Converter(PipelineStage(stage, f"{BUILTIN_CLASS}.JsonConverter"), decode_json)
+        return Converter(PipelineStage(stage, f"{BUILTIN_CLASS}.JsonConverter"), decode_json, FAST_DECODE_JSON)
     return Converter(PipelineStage(stage, spec), import_callable(spec))
 
 
@@ -123,15 +153,17 @@ class BatchRunner:
         source_record: Callable[[int], SourceRecord],
         *,
         fast: Callable[..., Any] | None = None,
+        star: bool = False,
     ) -> tuple[list[Any], list[int]]:
         """Return the stage's results and the row numbers they belong to; tolerated failures are left out.
 
-        ``fast``, when given, is ``fn`` without its slow path, called with an item's fields
-        (``fast(*item)``) so a C function runs in the C loop with no Python frame per record.
-        An item ``fast`` raises for gets ``fn`` as its first attempt, and only ``fn``'s outcome
-        counts: a Kafka producer's ``produce`` raises ``BufferError`` on a full local queue,
-        which the sink's ``fn`` waits out rather than fail the record. :attr:`dropped` says
-        which items were left out, for lists that must stay aligned with the results.
+        ``fast``, when given, is ``fn`` without its slow path, called with an item
+        (``fast(*item)`` with ``star``) so a C function runs in the C loop with no Python
+        frame per record. An item ``fast`` raises for gets ``fn`` as its first attempt, and
+        only ``fn``'s outcome counts: a Kafka producer's ``produce`` raises ``BufferError`` on
+        a full local queue, which the sink's ``fn`` waits out rather than fail the record;
+        msgspec refuses ``NaN``, which ``json.loads`` reads. :attr:`dropped` says which items
+        were left out, for lists that must stay aligned with the results.
         """
         failed: list[int] = []
         stamp = [0.0]
@@ -152,7 +184,7 @@ class BatchRunner:
         if fast is None:
             results = map_past_failures(fn, stamped, handle)
         else:
-            results = map_past_failures(fast, stamped, first_attempt, star=True)
+            results = map_past_failures(fast, stamped, first_attempt, star=star)
         # A failed item whose retry succeeded keeps its place; only the skipped ones go.
         self.dropped = [position for position in failed if results[position] is SKIPPED]
         if not self.dropped:
@@ -175,7 +207,8 @@ def map_past_failures(
 
     One iterator serves the whole run: when ``fn`` raises, ``map`` has taken exactly the
     failed item from it, so the loop resumes after it without copying what is left.
-    ``on_failure``'s return value takes the failed item's place in the results. With
+    ``on_failure``'s return value takes the failed item's place in the results; it runs after
+    the failure is handled, not during, so nothing it raises is chained to the failure. With
     ``star`` each item is a tuple of arguments (``itertools.starmap``).
     """
     results: list[Any] = []
@@ -186,7 +219,14 @@ def map_past_failures(
             results.extend(apply(fn, remaining))
             return results
         except Exception as error:
-            results.append(on_failure(len(results), error))
+            failed = error
+        # Outside the except block: an exception raised under on_failure (a first attempt after a
+        # fast function refused the item, a retry) is not chained to ``failed`` as its __context__,
+        # so its stack trace in the DLQ is the one the record's own call raised.
+        try:
+            results.append(on_failure(len(results), failed))
+        finally:
+            del failed  # its traceback holds this frame: leave no reference cycle behind
 
 
 def _stamped(items: Sequence[Any], clock: Callable[[], float], stamp: list[float]) -> Iterator[Any]:

@@ -172,7 +172,7 @@ class VectorizedStages:
             return self.json_converters[converter.stage.type].convert(raw, rows, source, columns)
         if converter.fn is decode_string:
             return decode_string_column(raw, rows, converter.stage, runner, source)
-        converted, kept = runner.run(converter.stage, converter.fn, raw.to_pylist(), rows, source)
+        converted, kept = runner.run(converter.stage, converter.fn, raw.to_pylist(), rows, source, fast=converter.fast)
         return pa.array(converted), kept
 
 

@@ -42,7 +42,9 @@ from airflow_kerr.spark.stages import BatchRunner, batch_transformation, decode_
 from airflow_kerr.spark.vectorized import uses_batch_transformations
 
 TRANSFORM = PipelineStage(Stage.TRANSFORMATION, "tests.unit.spark.test_batch.transform")
-JSON_STAGE = make_converter("json", Stage.VALUE_CONVERTER).stage
+#: The per-record job's JSON value converter: its stage, ``decode_json``, and msgspec in front of it.
+JSON_CONVERTER = make_converter("json", Stage.VALUE_CONVERTER)
+JSON_STAGE = JSON_CONVERTER.stage
 FIRST_OFFSET = 1000
 INEXACT_CLASS = "airflow_kerr.spark.column_converters.InexactJsonNumber"
 OFFSET_STEP = 3
@@ -414,7 +416,9 @@ def convert_both_ways(raw: Sequence[bytes | None]) -> tuple[Policy, Policy, Any,
     vectorized, per_record = Policy(**{"errors.tolerance": "all"}), Policy(**{"errors.tolerance": "all"})
     converter = VectorizedJsonConverter(JSON_STAGE, vectorized.runner, vectorized.batch_runner)
     column, kept = converter.convert(pa.array(raw, pa.binary()), rows, source_record)
-    expected, expected_rows = per_record.runner.run(JSON_STAGE, decode_json, raw, rows, source_record)
+    expected, expected_rows = per_record.runner.run(
+        JSON_STAGE, decode_json, raw, rows, source_record, fast=JSON_CONVERTER.fast
+    )
     return vectorized, per_record, column, kept, expected, expected_rows
 
 
@@ -735,7 +739,7 @@ def test_a_task_s_batches_are_sieved_as_the_per_record_converter_fails_their_val
         column, kept = converter.convert(batch.column("value"), rows, columns.source_record, columns)
 
         expected, expected_rows = per_record.runner.run(
-            JSON_STAGE, decode_json, values, rows, BatchColumns(batch).source_record
+            JSON_STAGE, decode_json, values, rows, BatchColumns(batch).source_record, fast=JSON_CONVERTER.fast
         )
         assert kept == expected_rows
         assert column.to_pylist() == as_struct_rows(expected)
