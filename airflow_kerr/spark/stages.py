@@ -58,7 +58,8 @@ def decode_json(raw: bytes | None) -> Any:
 def fast_json_decoder() -> Callable[[bytes], Any] | None:
     """msgspec's JSON decoder: ``json.loads``'s value for every text it accepts, about seven times faster.
 
-    It is a C function, so mapping it over a batch runs no Python frame per record, and it
+    2.1 against 0.3 µs on a 100-byte order (``decode_json`` and this, each mapped over 8,192
+    of them). It is a C function, so mapping it over a batch runs no Python frame per record, and it
     accepts strictly less than ``json.loads``: ``NaN``, ``Infinity``, numbers beyond a
     double, lone surrogates and a UTF-8 byte order mark are refused (json.loads accepts
     them), as are all invalid texts. A value it refuses goes to :func:`decode_json`, whose
