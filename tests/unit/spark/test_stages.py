@@ -26,7 +26,8 @@ from airflow_kerr.spark.stages import BatchRunner, decode_json, drop_filtered, m
 STAGE = PipelineStage(Stage.VALUE_CONVERTER, "test.Converter")
 
 
-def runner(**properties: Any) -> tuple[BatchRunner, ErrorMetrics, list[Any]]:
+def runner(now: list[float] | None = None, /, **properties: Any) -> tuple[BatchRunner, ErrorMetrics, list[Any]]:
+    """A batch runner whose reports are collected; with ``now``, its clock reads ``now[0]`` and each wait moves it."""
     reported: list[Any] = []
 
     class Collect:
@@ -34,13 +35,16 @@ def runner(**properties: Any) -> tuple[BatchRunner, ErrorMetrics, list[Any]]:
             reported.append(context)
 
     metrics = ErrorMetrics()
+    timing: dict[str, Any] = {"sleep": lambda ms: None}
+    if now is not None:
+        timing = {"clock": lambda: now[0], "sleep": lambda ms: now.__setitem__(0, now[0] + ms)}
     retry = RetryWithTolerance(
         ErrorHandlingConfig.from_properties(properties),
         metrics,
         [Collect()],
         task=TaskId("p", 0),
         stages=[STAGE],
-        sleep=lambda ms: None,
+        **timing,
     )
     return BatchRunner(retry), metrics, reported
 
@@ -102,29 +106,15 @@ def test_a_retriable_failure_continues_from_the_first_attempt() -> None:
 
 def test_a_retry_that_fails_reports_its_own_exception_unchained() -> None:
     """Each attempt's exception stands alone, as in Connect: the last one is reported, not chained to the first."""
-    reported: list[Any] = []
-    now = [0.0]  # a clock the backoff waits move: five seconds of retries, no time spent
-
-    class Collect:
-        def report(self, context: Any) -> None:
-            reported.append(context)
-
-    retry = RetryWithTolerance(
-        ErrorHandlingConfig.from_properties({"errors.tolerance": "all", "errors.retry.timeout": "5000"}),
-        ErrorMetrics(),
-        [Collect()],
-        task=TaskId("p", 0),
-        stages=[STAGE],
-        clock=lambda: now[0],
-        sleep=lambda ms: now.__setitem__(0, now[0] + ms),
-    )
+    # A clock the backoff waits move: five seconds of retries, no time spent.
+    batch_runner, _, reported = runner([0.0], **{"errors.tolerance": "all", "errors.retry.timeout": "5000"})
     attempts: list[int] = []
 
     def always(x: int) -> int:
         attempts.append(x)
         raise RetriableError(f"attempt {len(attempts)}")
 
-    BatchRunner(retry).run(STAGE, always, [7], [0], source)
+    batch_runner.run(STAGE, always, [7], [0], source)
 
     assert len(attempts) == 6  # backoffs of 300, 600, 1200 and 2400 ms, then the 500 left
     assert str(reported[0].error) == f"attempt {len(attempts)}"
@@ -169,10 +159,10 @@ JSON_EDGES: list[bytes | None] = [
 ]
 
 
-def _json_outcomes(fast: bool, values: list[bytes | None]) -> tuple[str, list[tuple[int, str, str]]]:
-    """The converted values (their repr keeps types: 1 is not 1.0) and each failure's row, class and message."""
+def _outcomes(spec: str, fast: bool, values: list[bytes | None]) -> tuple[str, list[tuple[int, str, str]]]:
+    """A converter's values (their repr keeps types: 1 is not 1.0) and each failure's row, class and message."""
     batch_runner, _, reported = runner(**{"errors.tolerance": "all"})
-    converter = make_converter("json", Stage.VALUE_CONVERTER)
+    converter = make_converter(spec, Stage.VALUE_CONVERTER)
     assert converter.fn is not None
     converted, rows = batch_runner.run(
         STAGE, converter.fn, values, list(range(len(values))), source, fast=converter.fast if fast else None
@@ -207,7 +197,7 @@ def json_texts(draw: st.DrawFn) -> bytes | None:
 @given(st.lists(json_texts(), min_size=1, max_size=12))
 def test_the_json_converters_fast_path_gives_json_loads_outcome_for_every_value(values: list[bytes | None]) -> None:
     """msgspec decodes what it accepts, json.loads the rest: values, failures and their messages are json.loads's."""
-    assert _json_outcomes(True, values) == _json_outcomes(False, values)
+    assert _outcomes("json", True, values) == _outcomes("json", False, values)
 
 
 def test_the_json_converter_runs_json_loads_only_for_what_msgspec_refuses() -> None:
@@ -237,13 +227,4 @@ def test_the_json_converter_runs_json_loads_only_for_what_msgspec_refuses() -> N
 @given(st.lists(st.none() | st.binary(max_size=8) | st.text(max_size=4).map(str.encode), min_size=1, max_size=10))
 def test_the_string_converters_fast_path_is_decode_string(values: list[bytes | None]) -> None:
     """bytes.decode in the C loop, decode_string for a null: the same strings, the same UnicodeDecodeErrors."""
-    outcomes = []
-    for fast in (True, False):
-        batch_runner, _, reported = runner(**{"errors.tolerance": "all"})
-        converter = make_converter("string", Stage.KEY_CONVERTER)
-        assert converter.fn is not None
-        converted, rows = batch_runner.run(
-            STAGE, converter.fn, values, list(range(len(values))), source, fast=converter.fast if fast else None
-        )
-        outcomes.append((converted, rows, [(c.record.offset, str(c.error)) for c in reported]))
-    assert outcomes[0] == outcomes[1]
+    assert _outcomes("string", True, values) == _outcomes("string", False, values)
