@@ -25,6 +25,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "kerr_tables",  # docs/_ext: tables generated from the code (the replay's settings)
+    "kerr_results",  # docs/_ext: {result}`figure <file.json:key>`, checked against benchmarks/results/
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "snippets/README.md"]
