@@ -36,9 +36,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: ``{result}`text <file.json:key>``` on a MyST page.
 ROLE = re.compile(r"\{result\}`(?P<body>[^`]+)`")
 #: ``[text](…benchmarks/results/file.json "key")`` in plain Markdown.
-LINK = re.compile(r"\[(?P<text>[^\]]+)\]\((?:\.\./)*benchmarks/results/(?P<file>[\w.-]+\.json) \"(?P<key>[^\"]+)\"\)")
+LINK = re.compile(r"\[(?P<text>[^\]]+)\]\((?:\.\./)*benchmarks/results/(?P<file>[\w.-]+(?:/[\w.-]+)*\.json) \"(?P<key>[^\"]+)\"\)")
 #: The role's text and its target, as in Sphinx's ``text <target>``.
-TARGET = re.compile(r"^(?P<text>.*?)\s*<(?P<file>[\w.-]+\.json):(?P<key>[^<>]+)>$", re.DOTALL)
+TARGET = re.compile(r"^(?P<text>.*?)\s*<(?P<file>[\w.-]+(?:/[\w.-]+)*\.json):(?P<key>[^<>]+)>$", re.DOTALL)
 #: A written number: digits with thousands commas, decimals, and a k or M multiplier.
 NUMBER = re.compile(r"(?<![\w.])(?P<digits>\d{1,3}(?:,\d{3})+|\d+)(?P<decimals>\.\d+)?(?P<unit>[kM](?![A-Za-z]))?")
 SCALE = {"": 1.0, "k": 1e3, "M": 1e6}
