@@ -19,6 +19,10 @@ written number must be the value rounded to the decimals written; ``23.7k`` and 
 thousands and millions. The Sphinx build warns on a mismatch (``make docs`` turns warnings into
 errors) and ``tests/unit/test_docs_figures.py`` checks every page, the README included, so a rerun
 that changes a results file fails until the prose says what the file says.
+
+After a rerun, ``python docs/_ext/kerr_results.py`` lists every figure that no longer matches, and
+``python docs/_ext/kerr_results.py --fix`` rewrites each to its file's value, keeping the decimals,
+the thousands commas and the k/M the text was written with (then read the prose around it).
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 
+#: A results file, relative to benchmarks/results/ (``history/`` holds runs a later one replaced).
+FILE = r"(?P<file>[\w.-]+(?:/[\w.-]+)*\.json)"
 #: ``{result}`text <file.json:key>``` on a MyST page.
 ROLE = re.compile(r"\{result\}`(?P<body>[^`]+)`")
 #: ``[text](…benchmarks/results/file.json "key")`` in plain Markdown.
-LINK = re.compile(r"\[(?P<text>[^\]]+)\]\((?:\.\./)*benchmarks/results/(?P<file>[\w.-]+(?:/[\w.-]+)*\.json) \"(?P<key>[^\"]+)\"\)")
+LINK = re.compile(r"\[(?P<text>[^\]]+)\]\((?:\.\./)*benchmarks/results/" + FILE + r" \"(?P<key>[^\"]+)\"\)")
 #: The role's text and its target, as in Sphinx's ``text <target>``.
-TARGET = re.compile(r"^(?P<text>.*?)\s*<(?P<file>[\w.-]+(?:/[\w.-]+)*\.json):(?P<key>[^<>]+)>$", re.DOTALL)
+TARGET = re.compile(r"^(?P<text>.*?)\s*<" + FILE + r":(?P<key>[^<>]+)>$", re.DOTALL)
 #: A written number: digits with thousands commas, decimals, and a k or M multiplier.
 NUMBER = re.compile(r"(?<![\w.])(?P<digits>\d{1,3}(?:,\d{3})+|\d+)(?P<decimals>\.\d+)?(?P<unit>[kM](?![A-Za-z]))?")
 SCALE = {"": 1.0, "k": 1e3, "M": 1e6}
@@ -171,6 +177,70 @@ def problems(markdown: str, results: Path = RESULTS) -> list[str]:
     return found
 
 
+def _format_like(as_written: str, value: float) -> str:
+    """``value`` written the way ``as_written`` is: same decimals, thousands commas and k/M multiplier."""
+    match = NUMBER.fullmatch(as_written)
+    assert match, as_written
+    unit = match["unit"] or ""
+    decimals = len(match["decimals"] or ".") - 1
+    commas = "," if "," in match["digits"] else ""
+    return f"{value / SCALE[unit]:{commas}.{decimals}f}{unit}"
+
+
+def updated_text(figure: Figure, results: Path = RESULTS) -> str:
+    """The figure's text with each number replaced by its file's value, written as the old one was."""
+    expected = expected_numbers(lookup(figure.file, figure.key, results))
+    pieces, last = [], 0
+    for match, value in zip(NUMBER.finditer(figure.text), expected, strict=False):
+        pieces += [figure.text[last : match.start()], _format_like(match[0], value)]
+        last = match.end()
+    return "".join(pieces) + figure.text[last:]
+
+
+def fix(markdown: str, results: Path = RESULTS) -> str:
+    """The page with every figure rewritten to its file's value; a figure whose key is gone is left as is."""
+
+    def role(match: re.Match[str]) -> str:
+        body = match["body"].strip()
+        figure = parse_role(body)
+        try:
+            new = updated_text(figure, results)
+        except FigureError:
+            return match[0]
+        return "{result}`" + new + body[len(figure.text) :] + "`"
+
+    def link(match: re.Match[str]) -> str:
+        figure = Figure(match["text"], match["file"], match["key"], 0)
+        try:
+            new = updated_text(figure, results)
+        except FigureError:
+            return match[0]
+        return "[" + new + match[0][len(match["text"]) + 1 :]
+
+    return LINK.sub(link, ROLE.sub(role, markdown))
+
+
+def main(argv: list[str]) -> int:
+    """List the figures their results no longer bear out; with ``--fix``, rewrite them to the files' values."""
+    rewrite = "--fix" in argv
+    paths = [Path(a) for a in argv if a != "--fix"] or [
+        ROOT / "README.md",
+        *sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts),
+    ]
+    found = 0
+    for path in paths:
+        text = path.read_text()
+        if rewrite:
+            fixed = fix(text)
+            if fixed != text:
+                path.write_text(fixed)
+                print(f"{path}: figures rewritten to their results; read the prose around them")
+        for problem in problems(path.read_text()):
+            found += 1
+            print(f"{path}: {problem}")
+    return 1 if found else 0
+
+
 def _result_role(
     name: str, rawtext: str, text: str, lineno: int, inliner: Any, options: Any = None, content: Any = None
 ) -> tuple[list[Any], list[Any]]:
@@ -190,3 +260,9 @@ def _result_role(
 def setup(app: Any) -> dict[str, Any]:
     app.add_role("result", _result_role)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -54,7 +54,7 @@ def results(tmp_path: Path) -> Path:
 
 def test_the_docs_quote_figures_and_every_one_is_its_results_value() -> None:
     found = {page: kr.figures_in(page.read_text()) for page in pages()}
-    assert sum(len(figures) for figures in found.values()) >= 40, "the pages quote fewer figures than expected"
+    assert sum(len(figures) for figures in found.values()) >= 130, "the pages quote fewer figures than expected"
     wrong = [f"{page.relative_to(REPO)} {problem}" for page in pages() for problem in kr.problems(page.read_text())]
     assert not wrong, "figures that their results files do not bear out:\n" + "\n".join(wrong)
 
@@ -94,3 +94,18 @@ def test_a_rerun_that_changes_the_file_fails_until_the_prose_follows(results: Pa
 def test_a_wrong_or_unsourced_figure_is_named_with_what_is_wrong(results: Path, page: str, says: str) -> None:
     [problem] = kr.problems(page, results)
     assert says in problem
+
+
+def test_fix_rewrites_each_figure_to_its_files_value_as_it_was_written(results: Path) -> None:
+    """After a rerun, ``kerr_results.py --fix`` brings the prose to the file: same decimals, commas and k."""
+    page = (
+        "first {result}`5.1 s (3.4\u20135.9) <bench.json:summary.first_s>` then "
+        '[21.0k records/s](benchmarks/results/bench.json "rate") and {result}`1,000k <bench.json:runs.0.rate>`\n'
+    )
+    assert len(kr.problems(page, results)) == 3
+    fixed = kr.fix(page, results)
+    assert fixed == (
+        "first {result}`5.3 s (3.4\u20135.5) <bench.json:summary.first_s>` then "
+        '[23.7k records/s](benchmarks/results/bench.json "rate") and {result}`1,238k <bench.json:runs.0.rate>`\n'
+    )
+    assert kr.problems(fixed, results) == []
