@@ -48,6 +48,11 @@ TARGET = re.compile(r"^(?P<text>.*?)\s*<" + FILE + r":(?P<key>[^<>]+)>$", re.DOT
 #: A written number: digits with thousands commas, decimals, and a k or M multiplier.
 NUMBER = re.compile(r"(?<![\w.])(?P<digits>\d{1,3}(?:,\d{3})+|\d+)(?P<decimals>\.\d+)?(?P<unit>[kM](?![A-Za-z]))?")
 SCALE = {"": 1.0, "k": 1e3, "M": 1e6}
+#: What reads as a measurement when it is not tied: a rate, microseconds, a ratio (``0.75x``), fractional cores.
+MEASUREMENT = re.compile(
+    r"(?<![\w.])\d[\d,]*(?:\.\d+)?[kM]?\s?(?:records/s|requests/s|core-µs|µs|x(?!\w))|(?<![\w.])\d+\.\d+\s?cores?\b"
+)
+FENCE = re.compile(r"^\s*(```|~~~|:::)")
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,25 @@ def figures_in(markdown: str) -> list[Figure]:
             found.append(parse_role(match["body"], number))
         for match in LINK.finditer(line):
             found.append(Figure(match["text"], match["file"], match["key"], number))
+    return found
+
+
+def untied(markdown: str) -> list[tuple[int, str]]:
+    """``(line, text)`` of each figure that reads as a measurement but names no results file.
+
+    A safety net, not a definition: it catches rates, microseconds, ``0.75x`` ratios and fractional
+    cores written outside a ``result`` role, a results link, inline code and code fences.
+    """
+    found = []
+    fenced = False
+    for number, line in enumerate(markdown.splitlines(), start=1):
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        prose = re.sub(r"`[^`]*`", "", LINK.sub("", ROLE.sub("", line)))
+        found += [(number, match[0]) for match in MEASUREMENT.finditer(prose)]
     return found
 
 

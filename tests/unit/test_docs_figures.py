@@ -31,6 +31,12 @@ def _kerr_results() -> ModuleType:
 kr = _kerr_results()
 
 
+#: Figures that read as measurements but are not: ``(page, text)`` and why.
+NOT_MEASURED = {
+    ("docs/speed.md", "6.7 core-µs"): "arithmetic: two cores divided by the 300k records/s target",
+}
+
+
 def pages() -> list[Path]:
     docs = [p for p in (REPO / "docs").rglob("*.md") if "_build" not in p.parts]
     return [REPO / "README.md", *sorted(docs)]
@@ -57,6 +63,26 @@ def test_the_docs_quote_figures_and_every_one_is_its_results_value() -> None:
     assert sum(len(figures) for figures in found.values()) >= 130, "the pages quote fewer figures than expected"
     wrong = [f"{page.relative_to(REPO)} {problem}" for page in pages() for problem in kr.problems(page.read_text())]
     assert not wrong, "figures that their results files do not bear out:\n" + "\n".join(wrong)
+
+
+def test_no_page_quotes_a_measurement_without_its_results_file() -> None:
+    """A rate, microseconds, a ratio or fractional cores outside a {result} role is a figure with no source."""
+    untied = [
+        f"{page.relative_to(REPO)}:{line}: {text}"
+        for page in pages()
+        for line, text in kr.untied(page.read_text())
+        if (str(page.relative_to(REPO)), text) not in NOT_MEASURED
+    ]
+    assert not untied, "tie these figures to their results with {result}`text <file.json:key>`:\n" + "\n".join(untied)
+
+
+def test_untied_measurements_are_found_outside_code_and_roles() -> None:
+    page = (
+        "ran at 23.7k records/s, 0.75x the loop, 4.0 µs a record, 0.02 cores, on 2 cores\n"
+        "tied: {result}`0.75x <replay.json:k>` and `1.5x` in code and 30 s and 500 ms settings\n"
+        "```text\n12k records/s\n```\n"
+    )
+    assert kr.untied(page) == [(1, "23.7k records/s"), (1, "0.75x"), (1, "4.0 µs"), (1, "0.02 cores")]
 
 
 def test_a_figure_reads_its_median_min_and_max_rounded_as_written(results: Path) -> None:
