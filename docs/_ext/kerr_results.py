@@ -121,8 +121,13 @@ def key_parts(key: str) -> list[str]:
 
 
 @cache
-def _load(path: Path) -> Any:
+def _parse(path: Path, modified_ns: int) -> Any:
+    """A results file's JSON, read once per version of the file (a rerun during a live docs build is seen)."""
     return json.loads(path.read_text())
+
+
+def _load(path: Path) -> Any:
+    return _parse(path, path.stat().st_mtime_ns)
 
 
 def lookup(file: str, key: str, results: Path = RESULTS) -> Any:
