@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -209,11 +209,19 @@ class _ChunkCount:
         """Whether every partition's range has been read to its end."""
         return all(self.nexts[p] >= self.ends[p] for p in self.nexts)
 
-    def read_from(self, consumer: Consumer, topic: str, deadline: float, max_records: int) -> None:
+    def read_from(
+        self,
+        consumer: Consumer,
+        topic: str,
+        deadline: float,
+        max_records: int,
+        arrived: Callable[[], object] | None = None,
+    ) -> None:
         """Consume batches until the ranges are read, ``max_records`` are counted or ``deadline`` passes.
 
         A batch never asks for more than is left of the ranges or the record budget, so the
-        consumer stops where the cursor says the next chunk starts.
+        consumer stops where the cursor says the next chunk starts. ``arrived`` is called once,
+        when the first records have come and before they are counted.
         """
         todo, nexts, ends = self.todo, self.nexts, self.ends
         while todo and self.read < max_records:
@@ -222,6 +230,9 @@ class _ChunkCount:
                 break
             wanted = min(SCAN_BATCH, max_records - self.read, sum(ends[p] - nexts[p] for p in todo))
             messages: list[Any] = consumer.consume(wanted, min(left, 0.1))
+            if messages and arrived is not None:
+                arrived()
+                arrived = None
             self.count(messages)
             if not messages:
                 self.catch_up(consumer, topic)
@@ -393,16 +404,29 @@ def _first_chunk(
     remainder) the first records from a large partition's start arrive only once the broker has
     built and sent all of it, seconds for a million records, while a slice at the end comes back
     at once. So the look-up consumer counts each partition's newest :data:`NEWEST_FIRST` records
-    (shared out, :func:`_newest_slices`) before the count's own consumer is assigned at each
-    start (not during: noida-db then answered the slice's fetch only after the whole
-    partition's). A slice is counted whole or not at all: if the
-    deadline passes before every slice is read, the scan goes on from each start over the whole
-    range, as without slices. The cursor then covers ``[start, slice start)`` of each partition,
-    so the figures added up stay exact.
+    (shared out, :func:`_newest_slices`), and the count's own consumer is assigned at each
+    start as soon as the slices' records have arrived (not before: noida-db then answered the
+    slices' fetch only after the whole partition's), so its first fetch overlaps their count.
+    A slice is counted whole or not at all: if the deadline passes before every slice is read,
+    the scan goes on from each start over the whole range, as without slices. The cursor then
+    covers ``[start, slice start)`` of each partition, so the figures added up stay exact.
     """
     lookup = scratch_consumer(kafka_config)
     counter: Consumer | None = None
+    assigned: set[int] = set()
     keep = False
+
+    def start_counting(partitions: Mapping[int, int]) -> Consumer:
+        """The count's consumer, assigned at each of ``partitions``' offsets it does not read yet."""
+        nonlocal counter
+        if counter is None:
+            counter = scratch_consumer(kafka_config)
+        added = {p: offset for p, offset in partitions.items() if p not in assigned}
+        if added:
+            counter.incremental_assign([TopicPartition(topic, p, offset) for p, offset in sorted(added.items())])
+            assigned.update(added)
+        return counter
+
     try:
         whole = _start_scan(kafka_config, topic, selection, lookup)
         slices = _newest_slices(whole.partitions, min(NEWEST_FIRST, max_records))
@@ -414,15 +438,15 @@ def _first_chunk(
                 selection,
             )
             lookup.assign([TopicPartition(topic, p, start) for p, start in sorted(slices.items())])
-            newest.read_from(lookup, topic, deadline, max_records)
+            # The count's consumer is assigned once the slices' records are here, not before.
+            main = {p: chunk.nexts[p] for p in chunk.todo}
+            newest.read_from(lookup, topic, deadline, max_records, lambda: start_counting(main) if main else None)
             if newest.complete():
                 chunk.add(newest)
             else:  # not read whole in time: count every partition from its start instead
                 scan, chunk = whole, _ChunkCount(whole, selection)
         if chunk.todo and max_records > 0:
-            counter = scratch_consumer(kafka_config)
-            counter.assign([TopicPartition(topic, p, chunk.nexts[p]) for p in sorted(chunk.todo)])
-            chunk.read_from(counter, topic, deadline, max_records)
+            chunk.read_from(start_counting({p: chunk.nexts[p] for p in chunk.todo}), topic, deadline, max_records)
         keep = bool(chunk.todo)
     finally:
         lookup.close()
