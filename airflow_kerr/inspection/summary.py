@@ -34,6 +34,9 @@ from airflow_kerr.inspection.selection import EVERYTHING, NONE_KEY, TEXT_KEYS, S
 #: Records the first chunk of a large DLQ's count reads from its newest end (shared out over the
 #: partitions) before it goes on from the start: the first figures a page shows, in well under a second.
 NEWEST_FIRST = 20_000
+#: Seconds the first chunk may take to read the newest slices whole, beyond its ``max_seconds`` when the
+#: machine is slow: slices not read whole are not counted, and the first figures would hold none.
+NEWEST_FIRST_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -396,7 +399,12 @@ def _result(topic: str, scan: ScanCursor, chunk: _ChunkCount, selection: Selecti
 
 
 def _first_chunk(
-    kafka_config: Mapping[str, Any], topic: str, selection: Selection, deadline: float, max_records: int
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    selection: Selection,
+    started: float,
+    max_seconds: float,
+    max_records: int,
 ) -> DeadLetterSummaryChunk:
     """A new scan's first chunk: the newest slice of each partition first, then on from the start.
 
@@ -407,10 +415,12 @@ def _first_chunk(
     (shared out, :func:`_newest_slices`), and the count's own consumer is assigned at each
     start as soon as the slices' records have arrived (not before: noida-db then answered the
     slices' fetch only after the whole partition's), so its first fetch overlaps their count.
-    A slice is counted whole or not at all: if the deadline passes before every slice is read,
-    the scan goes on from each start over the whole range, as without slices. The cursor then
+    A slice is counted whole or not at all: the slices may take up to :data:`NEWEST_FIRST_S`
+    (more than ``max_seconds`` on a slow machine), and if they are not all read by then the scan
+    goes on from each start over the whole range, as without slices. The cursor then
     covers ``[start, slice start)`` of each partition, so the figures added up stay exact.
     """
+    deadline = started + max_seconds
     lookup = scratch_consumer(kafka_config)
     counter: Consumer | None = None
     assigned: set[int] = set()
@@ -440,7 +450,10 @@ def _first_chunk(
             lookup.assign([TopicPartition(topic, p, start) for p, start in sorted(slices.items())])
             # The count's consumer is assigned once the slices' records are here, not before.
             main = {p: chunk.nexts[p] for p in chunk.todo}
-            newest.read_from(lookup, topic, deadline, max_records, lambda: start_counting(main) if main else None)
+            slices_deadline = started + max(max_seconds, NEWEST_FIRST_S)
+            newest.read_from(
+                lookup, topic, slices_deadline, max_records, lambda: start_counting(main) if main else None
+            )
             if newest.complete():
                 chunk.add(newest)
             else:  # not read whole in time: count every partition from its start instead
@@ -474,8 +487,9 @@ def summarize(
     bucket width (:func:`choose_bucket_ms` over the oldest and newest record timestamps, read
     from the partitions' first and last records, within the selection's time bounds). On a
     DLQ of more than twice :data:`NEWEST_FIRST` records it counts each partition's newest
-    slice first (:func:`_first_chunk`), so the first figures come from the newest dead
-    letters; the following calls go on from each partition's start. Each
+    slice first (:func:`_first_chunk`, which may take up to :data:`NEWEST_FIRST_S` for them),
+    so the first figures come from the newest dead letters; the following calls go on from
+    each partition's start. Each
     call reads until ``max_records`` or ``max_seconds``, whichever comes first, and returns a
     ``cursor`` to pass back with the same selection (``None`` once complete). The figures are
     this chunk's only: the caller adds chunks up. A cursor from another topic or selection,
@@ -488,7 +502,7 @@ def summarize(
     selection.refuse_headers("the DLQ count")
     started = time.monotonic()
     if cursor is None:
-        return _first_chunk(kafka_config, topic, selection, started + max_seconds, max_records)
+        return _first_chunk(kafka_config, topic, selection, started, max_seconds, max_records)
     scan = ScanCursor.decode(cursor, topic, selection)
     chunk = _ChunkCount(scan, selection)
     if chunk.todo and max_records > 0:

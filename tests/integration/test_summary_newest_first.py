@@ -132,10 +132,11 @@ def test_first_timestamps_come_from_the_time_index_not_a_fetch_from_the_start(
 
 
 def test_newest_slices_not_read_in_time_are_left_to_the_scan_from_the_start(
-    kafka_config: dict[str, Any], dlq: tuple[str, Log]
+    kafka_config: dict[str, Any], dlq: tuple[str, Log], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A slice is counted whole or not at all: with no time left, nothing is counted and nothing is lost."""
     topic, log = dlq
+    monkeypatch.setattr(summary, "NEWEST_FIRST_S", 0.0)
     ends = {p: 1 + max(o for q, o in log if q == p) for p in range(PARTITIONS)}
 
     first = summarize(kafka_config, topic, max_records=NEWEST, max_seconds=1e-9)
@@ -143,5 +144,24 @@ def test_newest_slices_not_read_in_time_are_left_to_the_scan_from_the_start(
     assert (first.read, first.complete, sum(first.counts["exception_class"].values())) == (0, False, 0)
     assert first.cursor is not None
     assert ScanCursor.decode(first.cursor, topic, Selection()).partitions == {p: (0, ends[p]) for p in ends}
+    chunks = _rest(kafka_config, topic, first)
+    assert _classes(chunks) == Counter(cls for cls, _ in log.values())
+
+
+def test_newest_slices_are_read_whole_past_a_short_max_seconds(
+    kafka_config: dict[str, Any], dlq: tuple[str, Log], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a slow machine the first chunk still shows the newest records: their slices get ``NEWEST_FIRST_S``."""
+    topic, log = dlq
+    monkeypatch.setattr(summary, "NEWEST_FIRST_S", 60.0)  # generous: what is checked is that they are waited for
+    ends = {p: 1 + max(o for q, o in log if q == p) for p in range(PARTITIONS)}
+    share = NEWEST // PARTITIONS
+
+    first = summarize(kafka_config, topic, max_records=NEWEST, max_seconds=1e-9)
+
+    assert (first.read, first.complete) == (NEWEST, False)
+    assert Counter(first.counts["exception_class"]) == Counter(
+        cls for (p, o), (cls, _) in log.items() if o >= ends[p] - share
+    )
     chunks = _rest(kafka_config, topic, first)
     assert _classes(chunks) == Counter(cls for cls, _ in log.values())
