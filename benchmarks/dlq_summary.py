@@ -417,7 +417,7 @@ def chart(report: dict[str, Any], path: Path) -> None:
         for shown in (report, *report.get("other_dialects", {}).values())
         for configuration in shown.get("configurations", {"": shown}).values()
     ]
-    figure, grid = plt.subplots(len(reports), 2, figsize=(10, 4.2 * len(reports)), squeeze=False)
+    figure, grid = plt.subplots(len(reports), 2, figsize=(12, 4.2 * len(reports)), squeeze=False)
     panels = (
         (
             "first_figures_s",
@@ -442,6 +442,9 @@ def chart(report: dict[str, Any], path: Path) -> None:
                 axis.bar(xs, [r[key] for r in runs], color="tab:blue")
             axis.axhline(goal, color="tab:red", linestyle="--", linewidth=1, label=f"goal {goal:g} s")
             stats = shown["summary"][key]
+            counted = shown["summary"].get("first_counted_s") if parts else None
+            if counted is not None:  # what "met" is judged on: until the figures hold counted records
+                title = f"first figures (with counts at {counted['median']:.2f} s)"
             axis.set_title(
                 f"{shown['dialect']}, {shown['broker']}, {shown['partitions']} p., {title}: "
                 f"median {stats['median']:.2f} s "
