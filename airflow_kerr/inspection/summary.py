@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from airflow_kerr.errors.config import LONG_MAX
 from airflow_kerr.errors.header_reader import plain_connect_of
@@ -30,6 +30,13 @@ from airflow_kerr.inspection.cursor import ScanCursor, choose_bucket_ms
 from airflow_kerr.inspection.fields import CONNECT, header_text, raw_fields, stage_text
 from airflow_kerr.inspection.scan_consumers import SCAN_CONSUMERS, scan_key
 from airflow_kerr.inspection.selection import EVERYTHING, NONE_KEY, TEXT_KEYS, Selection
+
+#: Records the first chunk of a large DLQ's count reads from its newest end (shared out over the
+#: partitions) before it goes on from the start: the first figures a page shows, in well under a second.
+NEWEST_FIRST = 20_000
+#: Seconds the first chunk may take to read the newest slices whole, beyond its ``max_seconds`` when the
+#: machine is slow: slices not read whole are not counted, and the first figures would hold none.
+NEWEST_FIRST_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -75,27 +82,76 @@ class DeadLetterSummaryChunk:
         }
 
 
-def _start_scan(kafka_config: Mapping[str, Any], topic: str, selection: Selection) -> ScanCursor:
-    """Fix a new scan's range (begin → end offsets now) and its bucket width, from the edge records' timestamps."""
-    consumer = scratch_consumer(kafka_config)
+def _log_start_stamps(
+    kafka_config: Mapping[str, Any], topic: str, starts: Mapping[int, int], timeout_s: float
+) -> dict[int, int]:
+    """The timestamp of each partition's first record, from the broker's time index rather than a fetch.
+
+    Why: noida-db answers a fetch with every record from its offset to the partition's end, so
+    fetching a 1,000,000-record partition's first record made the broker build and send the
+    whole partition (about 3.5 s) before the count could begin. ``ListOffsets`` for timestamp 0
+    names the first record with a timestamp and that timestamp, in milliseconds. Only a partition
+    whose answer is its first offset (``starts``) is taken: the record there is that one. The
+    rest (an answer further on, a broker that does not answer, an error) are left out, for
+    :func:`first_records` to fetch as before.
+    """
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    found: dict[int, int] = {}
     try:
-        ranges = {p: selection.offset_window(low, high) for p, (low, high) in offset_ranges(consumer, topic).items()}
-        deadline = time.monotonic() + LOOKUP_TIMEOUT_S
-        firsts = first_records(
-            consumer,
-            {(topic, p): low for p, (low, _) in ranges.items()},
-            {(topic, p): h for p, (_, h) in ranges.items()},
-            deadline,
+        admin = AdminClient({**kafka_config, "log_level": 0})
+        futures = admin.list_offsets(
+            {TopicPartition(topic, p): OffsetSpec.for_timestamp(0) for p in starts}, request_timeout=timeout_s
         )
-        lasts = first_records(
-            consumer,
-            {(topic, p): max(low, high - 1) for p, (low, high) in ranges.items()},
-            {(topic, p): h for p, (_, h) in ranges.items()},
-            deadline,
-        )
-    finally:
-        consumer.close()
-    stamps = [ts for m in (*firsts.values(), *lasts.values()) if (ts := timestamp_of(m)) is not None]
+        for partition, future in futures.items():
+            answer = future.result(timeout_s)
+            if answer.offset == starts[partition.partition] and answer.timestamp >= 0:
+                found[partition.partition] = answer.timestamp
+    except (KafkaException, TimeoutError, ValueError):  # only means the first records are fetched, as before
+        return {}
+    return found
+
+
+def _newest_slices(ranges: Mapping[int, tuple[int, int]], budget: int) -> dict[int, int]:
+    """Where each partition's newest slice starts: ``budget`` records shared out, none when the DLQ is small.
+
+    A DLQ of at most ``2 * budget`` records is counted from its start as before (the first
+    chunk reads most of it anyway). Otherwise each non-empty partition's slice is an equal
+    share of ``budget`` (at least one record), so the first chunk counts the newest records of
+    every partition; a partition smaller than its share is counted whole in it.
+    """
+    sizes = {p: high - low for p, (low, high) in ranges.items() if high > low}
+    if budget <= 0 or not sizes or sum(sizes.values()) <= 2 * budget:
+        return {}
+    share = max(1, budget // len(sizes))
+    return {p: ranges[p][1] - min(size, share) for p, size in sizes.items()}
+
+
+def _start_scan(kafka_config: Mapping[str, Any], topic: str, selection: Selection, consumer: Consumer) -> ScanCursor:
+    """Fix a new scan's range (begin → end offsets now) and its bucket width, from the edge records' timestamps.
+
+    The first records' timestamps come from :func:`_log_start_stamps` where the broker's
+    time index gives them, else from a fetch; the last records' from a fetch at each end
+    (a fetch that close to the end is small on any broker).
+    """
+    ranges = {p: selection.offset_window(low, high) for p, (low, high) in offset_ranges(consumer, topic).items()}
+    deadline = time.monotonic() + LOOKUP_TIMEOUT_S
+    open_ranges = {p: low for p, (low, high) in ranges.items() if low < high}
+    known = _log_start_stamps(kafka_config, topic, open_ranges, LOOKUP_TIMEOUT_S) if open_ranges else {}
+    firsts = first_records(
+        consumer,
+        {(topic, p): low for p, (low, _) in ranges.items() if p not in known},
+        {(topic, p): h for p, (_, h) in ranges.items()},
+        deadline,
+    )
+    lasts = first_records(
+        consumer,
+        {(topic, p): max(low, high - 1) for p, (low, high) in ranges.items()},
+        {(topic, p): h for p, (_, h) in ranges.items()},
+        deadline,
+    )
+    stamps = list(known.values())
+    stamps += [ts for m in (*firsts.values(), *lasts.values()) if (ts := timestamp_of(m)) is not None]
     oldest = min(stamps) if stamps else None
     newest = max(stamps) if stamps else None
     low_ms = oldest if selection.start_ms is None or oldest is None else max(oldest, selection.start_ms)
@@ -141,6 +197,13 @@ class _ChunkCount:
         self.read = 0
         self.malformed = 0
 
+    def add(self, other: _ChunkCount) -> None:
+        """Take ``other``'s tally as read in this chunk too (the newest slices, counted apart)."""
+        for key, n in other.tally.items():
+            self.tally[key] = self.tally.get(key, 0) + n
+        self.read += other.read
+        self.malformed += other.malformed
+
     def partitions(self) -> dict[int, tuple[int, int]]:
         """Each partition's ``(next, end)``: what the following chunk's cursor and kept consumer stand at."""
         return {p: (self.nexts[p], self.ends[p]) for p in self.nexts}
@@ -149,11 +212,19 @@ class _ChunkCount:
         """Whether every partition's range has been read to its end."""
         return all(self.nexts[p] >= self.ends[p] for p in self.nexts)
 
-    def read_from(self, consumer: Consumer, topic: str, deadline: float, max_records: int) -> None:
+    def read_from(
+        self,
+        consumer: Consumer,
+        topic: str,
+        deadline: float,
+        max_records: int,
+        arrived: Callable[[], object] | None = None,
+    ) -> None:
         """Consume batches until the ranges are read, ``max_records`` are counted or ``deadline`` passes.
 
         A batch never asks for more than is left of the ranges or the record budget, so the
-        consumer stops where the cursor says the next chunk starts.
+        consumer stops where the cursor says the next chunk starts. ``arrived`` is called once,
+        when the first records have come and before they are counted.
         """
         todo, nexts, ends = self.todo, self.nexts, self.ends
         while todo and self.read < max_records:
@@ -162,6 +233,9 @@ class _ChunkCount:
                 break
             wanted = min(SCAN_BATCH, max_records - self.read, sum(ends[p] - nexts[p] for p in todo))
             messages: list[Any] = consumer.consume(wanted, min(left, 0.1))
+            if messages and arrived is not None:
+                arrived()
+                arrived = None
             self.count(messages)
             if not messages:
                 self.catch_up(consumer, topic)
@@ -324,6 +398,78 @@ def _result(topic: str, scan: ScanCursor, chunk: _ChunkCount, selection: Selecti
     )
 
 
+def _first_chunk(
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    selection: Selection,
+    started: float,
+    max_seconds: float,
+    max_records: int,
+) -> DeadLetterSummaryChunk:
+    """A new scan's first chunk: the newest slice of each partition first, then on from the start.
+
+    Why the newest first: on noida-db (which answers a fetch with the partition's whole
+    remainder) the first records from a large partition's start arrive only once the broker has
+    built and sent all of it, seconds for a million records, while a slice at the end comes back
+    at once. So the look-up consumer counts each partition's newest :data:`NEWEST_FIRST` records
+    (shared out, :func:`_newest_slices`), and the count's own consumer is assigned at each
+    start as soon as the slices' records have arrived (not before: noida-db then answered the
+    slices' fetch only after the whole partition's), so its first fetch overlaps their count.
+    A slice is counted whole or not at all: the slices may take up to :data:`NEWEST_FIRST_S`
+    (more than ``max_seconds`` on a slow machine), and if they are not all read by then the scan
+    goes on from each start over the whole range, as without slices. The cursor then
+    covers ``[start, slice start)`` of each partition, so the figures added up stay exact.
+    """
+    deadline = started + max_seconds
+    lookup = scratch_consumer(kafka_config)
+    counter: Consumer | None = None
+    assigned: set[int] = set()
+    keep = False
+
+    def start_counting(partitions: Mapping[int, int]) -> Consumer:
+        """The count's consumer, assigned at each of ``partitions``' offsets it does not read yet."""
+        nonlocal counter
+        if counter is None:
+            counter = scratch_consumer(kafka_config)
+        added = {p: offset for p, offset in partitions.items() if p not in assigned}
+        if added:
+            counter.incremental_assign([TopicPartition(topic, p, offset) for p, offset in sorted(added.items())])
+            assigned.update(added)
+        return counter
+
+    try:
+        whole = _start_scan(kafka_config, topic, selection, lookup)
+        slices = _newest_slices(whole.partitions, min(NEWEST_FIRST, max_records))
+        scan = replace(whole, partitions={p: (low, slices.get(p, high)) for p, (low, high) in whole.partitions.items()})
+        chunk = _ChunkCount(scan, selection)
+        if slices:
+            newest = _ChunkCount(
+                replace(whole, partitions={p: (start, whole.partitions[p][1]) for p, start in slices.items()}),
+                selection,
+            )
+            lookup.assign([TopicPartition(topic, p, start) for p, start in sorted(slices.items())])
+            # The count's consumer is assigned once the slices' records are here, not before.
+            main = {p: chunk.nexts[p] for p in chunk.todo}
+            slices_deadline = started + max(max_seconds, NEWEST_FIRST_S)
+            newest.read_from(
+                lookup, topic, slices_deadline, max_records, lambda: start_counting(main) if main else None
+            )
+            if newest.complete():
+                chunk.add(newest)
+            else:  # not read whole in time: count every partition from its start instead
+                scan, chunk = whole, _ChunkCount(whole, selection)
+        if chunk.todo and max_records > 0:
+            chunk.read_from(start_counting({p: chunk.nexts[p] for p in chunk.todo}), topic, deadline, max_records)
+        keep = bool(chunk.todo)
+    finally:
+        lookup.close()
+        if keep and counter is not None:
+            SCAN_CONSUMERS.put(scan_key(kafka_config, topic, scan.selection, chunk.partitions()), counter)
+        elif counter is not None:
+            counter.close()
+    return _result(topic, scan, chunk, selection)
+
+
 def summarize(
     kafka_config: Mapping[str, Any],
     topic: str,
@@ -339,7 +485,11 @@ def summarize(
     its end offset as they are now (records written later are not counted), narrowed to the
     selection's offsets, and the timeline's
     bucket width (:func:`choose_bucket_ms` over the oldest and newest record timestamps, read
-    from the partitions' first and last records, within the selection's time bounds). Each
+    from the partitions' first and last records, within the selection's time bounds). On a
+    DLQ of more than twice :data:`NEWEST_FIRST` records it counts each partition's newest
+    slice first (:func:`_first_chunk`, which may take up to :data:`NEWEST_FIRST_S` for them),
+    so the first figures come from the newest dead letters; the following calls go on from
+    each partition's start. Each
     call reads until ``max_records`` or ``max_seconds``, whichever comes first, and returns a
     ``cursor`` to pass back with the same selection (``None`` once complete). The figures are
     this chunk's only: the caller adds chunks up. A cursor from another topic or selection,
@@ -351,9 +501,9 @@ def summarize(
     """
     selection.refuse_headers("the DLQ count")
     started = time.monotonic()
-    scan = (
-        _start_scan(kafka_config, topic, selection) if cursor is None else ScanCursor.decode(cursor, topic, selection)
-    )
+    if cursor is None:
+        return _first_chunk(kafka_config, topic, selection, started, max_seconds, max_records)
+    scan = ScanCursor.decode(cursor, topic, selection)
     chunk = _ChunkCount(scan, selection)
     if chunk.todo and max_records > 0:
         _read_chunk(kafka_config, topic, scan, chunk, started + max_seconds, max_records)
