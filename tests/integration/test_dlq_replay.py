@@ -42,6 +42,7 @@ from airflow_kerr.errors import (
 from airflow_kerr.kafka.offsets import end_offsets, offset_consumer, read_to_end
 from airflow_kerr.replay.engine import DlqReplay, ReplayRetriesExhausted
 from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
+from airflow_kerr.replay.pacing import RateLimiter
 from airflow_kerr.replay.policy import (
     HEADER_PARKED_REASON,
     HEADER_REPLAY_COUNT,
@@ -181,9 +182,17 @@ def test_replay_lands_selected_records_with_lineage_and_commits_the_group(
 
 
 def test_dry_run_writes_nothing_and_counts_by_target_stage_and_exception(
-    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source, dlq = create_topic(unique_topic, 2), create_topic(f"{unique_topic}.dlq", 2)
+    slots: list[RateLimiter] = []  # every slot a rate limiter hands out: a paced write waits for one
+    real_acquire = RateLimiter.acquire
+
+    def counted_acquire(limiter: RateLimiter) -> bool:
+        slots.append(limiter)
+        return real_acquire(limiter)
+
+    monkeypatch.setattr(RateLimiter, "acquire", counted_acquire)
     write_dlq(kafka_config, dlq, source, 12)
     write_dlq(kafka_config, dlq, source, 4, stage=Stage.VALUE_CONVERTER, error=ValueError("bad json"), start=12)
     write_dlq(kafka_config, dlq, "__consumer_offsets", 2, start=16)
@@ -204,7 +213,7 @@ def test_dry_run_writes_nothing_and_counts_by_target_stage_and_exception(
         ("replay", source, "VALUE_CONVERTER", "ValueError"): 4,
         ("park", f"{dlq}.parked", "TRANSFORMATION", f"{__name__}.InvalidOrder"): 2,
     }
-    assert summary.seconds < 10, "a dry run is not paced"
+    assert slots == [], "a dry run is not paced: it asked for no write slot"
     assert ends(kafka_config, source, 2) == source_ends
     assert committed(kafka_config, f"kerr-replay.{dlq}", dlq, 2) == {0: -1001, 1: -1001}
     assert any("does not exist; a real run creates it" in note for note in summary.notes)
