@@ -356,9 +356,13 @@ def test_unknown_topics_and_bad_settings_are_rejected_before_any_record_is_read(
 
 
 def test_a_stop_mid_replay_aborts_the_open_transaction_and_a_rerun_completes(
-    kafka_config: dict[str, Any], topics: Topics, faulty: Any
+    kafka_config: dict[str, Any], topics: Topics, faulty: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The stop comes (as from on_kill) while a paced batch's transaction is open."""
+    """The stop comes (as from on_kill, on another thread) while a paced batch's transaction is open.
+
+    The writer is held at the tenth slot of the second batch (the first is committed) until the stop
+    was sent, so where the stop lands does not depend on how fast either thread runs.
+    """
     write_dlq(kafka_config, topics.dlq, topics.source, 300)
     engine_kwargs, made = faulty({})
     engine = DlqReplay(
@@ -368,23 +372,32 @@ def test_a_stop_mid_replay_aborts_the_open_transaction_and_a_rerun_completes(
         **engine_kwargs,
     )
     group = f"kerr-replay.{topics.dlq}"
+    slots: list[RateLimiter] = []
+    in_second_transaction, stop_sent = threading.Event(), threading.Event()
+    real_acquire = RateLimiter.acquire
 
-    def stop_after_the_first_commit() -> None:
-        deadline = time.monotonic() + 30
-        while sum(max(o, 0) for o in committed(kafka_config, group, topics.dlq, 2).values()) < 50:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        time.sleep(0.2)
-        engine.stop()
+    def acquire(limiter: RateLimiter) -> bool:
+        slots.append(limiter)
+        if len(slots) == 60:  # batches of 50: the first is committed, the second's transaction is open
+            in_second_transaction.set()
+            stop_sent.wait(30)
+        return real_acquire(limiter)
 
-    stopper = threading.Thread(target=stop_after_the_first_commit)
+    def stop_in_the_second_transaction() -> None:
+        if in_second_transaction.wait(30):
+            engine.stop()
+        stop_sent.set()
+
+    monkeypatch.setattr(RateLimiter, "acquire", acquire)
+    stopper = threading.Thread(target=stop_in_the_second_transaction)
     stopper.start()
     stopped = engine.run()
     stopper.join()
 
+    assert in_second_transaction.is_set(), f"the replay ended after {len(slots)} write slots"
     assert stopped.status == "stopped"
     assert made[0].log[-2:] == ["abort_transaction", "close"]
-    assert stopped.replayed % 50 == 0 and 50 <= stopped.replayed < 300, "only whole batches count"
+    assert stopped.replayed == 50, "only the committed batch counts"
     at_stop = committed(kafka_config, group, topics.dlq, 2)
     assert sum(max(o, 0) for o in at_stop.values()) == stopped.replayed
     assert stopped.committed_offsets == {p: max(o, -1) for p, o in at_stop.items()}
