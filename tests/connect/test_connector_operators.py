@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, TaskDeferred
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -75,6 +76,23 @@ def run_deferred(operator: Any, context: Any, must_defer: bool = True) -> Any:
 
 def states(status: dict[str, Any]) -> tuple[str, list[str]]:
     return status["connector"]["state"], [t["state"] for t in status["tasks"]]
+
+
+#: Tries of a 409 that the hook's backoff (0.25 s doubling, cut at the deadline) fits in a 2 s wait, plus one.
+MAX_TRIES_IN_2_S = 6
+
+
+def requests_to(connect: Any, name: str) -> list[tuple[str, str]]:
+    """(method, last path part) of each request the code under test sent about ``name``, as the proxy saw them."""
+    prefix = f"/connectors/{name}/"
+    return [(r.method, r.path.removeprefix(prefix)) for r in connect.requests if r.path.startswith(prefix)]
+
+
+def request_timeouts(error: BaseException) -> set[float]:
+    """The timeouts (connect, read, write, pool) the cut request carried, from httpx's exception it was raised from."""
+    cause = error.__cause__
+    assert isinstance(cause, httpx.TimeoutException), repr(cause)
+    return {float(value) for value in cause.request.extensions["timeout"].values() if value is not None}
 
 
 # pause -------------------------------------------------------------------------------------------
@@ -175,11 +193,11 @@ def test_pause_times_out_with_what_it_waited_for(
 
 
 def test_no_wait_returns_the_status_at_once(connect_conn: str, slow_connect: Any, sink: Sink, context: Any) -> None:
+    """The pause shows in /status only 3 s later: a task that does not wait asks once and reads once."""
     name, _ = sink()
-    started = time.monotonic()
     status = PauseConnectorOperator(task_id="pause", connector=name, wait_for_completion=False).execute(context)
-    assert time.monotonic() - started < 2, "no waiting for the 3 s the slow worker takes"
     assert states(status) == ("RUNNING", ["RUNNING"]), "the pause shows only later"
+    assert requests_to(slow_connect, name) == [("PUT", "pause"), ("GET", "status")], "one status read, no polling"
 
 
 def test_unknown_connector_fails(connect_conn: str, context: Any) -> None:
@@ -231,10 +249,13 @@ def test_resume_reports_failed_tasks_and_fails_fast_on_a_failed_connector(
     assert context["ti"].pushed["failed_tasks"][0]["task"] == 0
 
     connect.fail_connector(name)
-    started = time.monotonic()
+    connect.requests.clear()
+    # The verdict of the first status read, not the wait's timeout ("not visible in /status after 20 s").
     with pytest.raises(AirflowException, match=r"is FAILED and cannot become RUNNING.*RestartConnectorOperator"):
         ResumeConnectorOperator(task_id="resume", connector=name, **FAST).execute(context)
-    assert time.monotonic() - started < 5, "no waiting for a state a resume cannot reach"
+    assert requests_to(connect, name) == [("PUT", "resume"), ("GET", "tasks"), ("GET", "status")], (
+        "no waiting for a state a resume cannot reach: one status read"
+    )
     deferrable = ResumeConnectorOperator(task_id="resume_deferred", connector=name, deferrable=True, **FAST)
     with pytest.raises(AirflowException, match="is FAILED and cannot become RUNNING"):
         run_deferred(deferrable, context)
@@ -411,10 +432,14 @@ def test_endless_rebalance_409s_end_the_task_within_wait_timeout(
     operator = StopConnectorOperator(
         task_id="stop", connector=name, wait_timeout=2, poll_interval=0.1, deferrable=deferrable
     )
-    started = time.monotonic()
     with pytest.raises(RebalanceInProgress, match="stale configuration"):
         run_deferred(operator, context, must_defer=False)
-    assert time.monotonic() - started < 3.5
+    # The 409 backoff sleeps 0.25, 0.5, 1 s, then what is left of the 2 s: at most 5 tries fit in the
+    # wait (6 if the last sleep ends a hair before the deadline), however slow the machine (a slower one
+    # fits fewer). The hook's own minute of retries would make about 15.
+    tries = requests_to(connect, name)
+    assert tries and set(tries) == {("PUT", "stop")} and len(tries) <= MAX_TRIES_IN_2_S, tries
+    assert connect.states(name) == ("RUNNING", ["RUNNING"]), "the refused stop changed nothing"
 
 
 def test_a_slow_worker_ends_the_wait_within_wait_timeout(
@@ -431,19 +456,24 @@ def test_a_slow_worker_ends_the_wait_within_wait_timeout(
     operator = PauseConnectorOperator(
         task_id="pause", connector=name, kafka_connect_conn_id="kc_slow_polls", wait_timeout=2, poll_interval=0.1
     )
-    started = time.monotonic()
-    with pytest.raises((ConnectorStateTimeout, ConnectUnreachable)):
+    # Left alone, the request would wait the connection's 60 s and get the proxy's 500 after 30 s
+    # (ConnectServerError). Cut at the wait's deadline it is the client's own timeout, at most 2 s.
+    with pytest.raises(ConnectUnreachable, match=r"PUT .*/pause failed: timed out") as cut:
         operator.execute(context)
-    assert time.monotonic() - started < 3.5
+    assert max(request_timeouts(cut.value)) <= 2, "the request was sent with the connection's 60 s timeout"
+    assert requests_to(connect, name) == [("PUT", "pause")]
 
+    connect.requests.clear()
     trigger = ConnectorStateTrigger(
         targets={name: {"state": "PAUSED"}},
         deadline=time.time() + 1.5,
         poll_interval=0.1,
         kafka_connect_conn_id="kc_slow_polls",
     )
-    started = time.monotonic()
     event = run_trigger(trigger)
     assert event.payload["status"] == "timeout"
-    assert "timed out" in event.payload["pending"][name]
-    assert time.monotonic() - started < 3
+    pending = event.payload["pending"][name]
+    # The trigger's poll cut by the client at its deadline, not the worker's late 500 ("Request timed out").
+    assert "failed: timed out" in pending and "HTTP 500" not in pending, pending
+    # Each poll hung on its first request (the task configs) until the client cut it: none got an answer.
+    assert set(requests_to(connect, name)) == {("GET", "tasks")}

@@ -42,6 +42,7 @@ from airflow_kerr.errors import (
 from airflow_kerr.kafka.offsets import end_offsets, offset_consumer, read_to_end
 from airflow_kerr.replay.engine import DlqReplay, ReplayRetriesExhausted
 from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
+from airflow_kerr.replay.pacing import RateLimiter
 from airflow_kerr.replay.policy import (
     HEADER_PARKED_REASON,
     HEADER_REPLAY_COUNT,
@@ -181,9 +182,17 @@ def test_replay_lands_selected_records_with_lineage_and_commits_the_group(
 
 
 def test_dry_run_writes_nothing_and_counts_by_target_stage_and_exception(
-    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source, dlq = create_topic(unique_topic, 2), create_topic(f"{unique_topic}.dlq", 2)
+    slots: list[RateLimiter] = []  # every slot a rate limiter hands out: a paced write waits for one
+    real_acquire = RateLimiter.acquire
+
+    def counted_acquire(limiter: RateLimiter) -> bool:
+        slots.append(limiter)
+        return real_acquire(limiter)
+
+    monkeypatch.setattr(RateLimiter, "acquire", counted_acquire)
     write_dlq(kafka_config, dlq, source, 12)
     write_dlq(kafka_config, dlq, source, 4, stage=Stage.VALUE_CONVERTER, error=ValueError("bad json"), start=12)
     write_dlq(kafka_config, dlq, "__consumer_offsets", 2, start=16)
@@ -204,7 +213,7 @@ def test_dry_run_writes_nothing_and_counts_by_target_stage_and_exception(
         ("replay", source, "VALUE_CONVERTER", "ValueError"): 4,
         ("park", f"{dlq}.parked", "TRANSFORMATION", f"{__name__}.InvalidOrder"): 2,
     }
-    assert summary.seconds < 10, "a dry run is not paced"
+    assert slots == [], "a dry run is not paced: it asked for no write slot"
     assert ends(kafka_config, source, 2) == source_ends
     assert committed(kafka_config, f"kerr-replay.{dlq}", dlq, 2) == {0: -1001, 1: -1001}
     assert any("does not exist; a real run creates it" in note for note in summary.notes)
@@ -347,9 +356,13 @@ def test_unknown_topics_and_bad_settings_are_rejected_before_any_record_is_read(
 
 
 def test_a_stop_mid_replay_aborts_the_open_transaction_and_a_rerun_completes(
-    kafka_config: dict[str, Any], topics: Topics, faulty: Any
+    kafka_config: dict[str, Any], topics: Topics, faulty: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The stop comes (as from on_kill) while a paced batch's transaction is open."""
+    """The stop comes (as from on_kill, on another thread) while a paced batch's transaction is open.
+
+    The writer is held at the tenth slot of the second batch (the first is committed) until the stop
+    was sent, so where the stop lands does not depend on how fast either thread runs.
+    """
     write_dlq(kafka_config, topics.dlq, topics.source, 300)
     engine_kwargs, made = faulty({})
     engine = DlqReplay(
@@ -359,23 +372,32 @@ def test_a_stop_mid_replay_aborts_the_open_transaction_and_a_rerun_completes(
         **engine_kwargs,
     )
     group = f"kerr-replay.{topics.dlq}"
+    slots: list[RateLimiter] = []
+    in_second_transaction, stop_sent = threading.Event(), threading.Event()
+    real_acquire = RateLimiter.acquire
 
-    def stop_after_the_first_commit() -> None:
-        deadline = time.monotonic() + 30
-        while sum(max(o, 0) for o in committed(kafka_config, group, topics.dlq, 2).values()) < 50:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        time.sleep(0.2)
-        engine.stop()
+    def acquire(limiter: RateLimiter) -> bool:
+        slots.append(limiter)
+        if len(slots) == 60:  # batches of 50: the first is committed, the second's transaction is open
+            in_second_transaction.set()
+            stop_sent.wait(30)
+        return real_acquire(limiter)
 
-    stopper = threading.Thread(target=stop_after_the_first_commit)
+    def stop_in_the_second_transaction() -> None:
+        if in_second_transaction.wait(30):
+            engine.stop()
+        stop_sent.set()
+
+    monkeypatch.setattr(RateLimiter, "acquire", acquire)
+    stopper = threading.Thread(target=stop_in_the_second_transaction)
     stopper.start()
     stopped = engine.run()
     stopper.join()
 
+    assert in_second_transaction.is_set(), f"the replay ended after {len(slots)} write slots"
     assert stopped.status == "stopped"
     assert made[0].log[-2:] == ["abort_transaction", "close"]
-    assert stopped.replayed % 50 == 0 and 50 <= stopped.replayed < 300, "only whole batches count"
+    assert stopped.replayed == 50, "only the committed batch counts"
     at_stop = committed(kafka_config, group, topics.dlq, 2)
     assert sum(max(o, 0) for o in at_stop.values()) == stopped.replayed
     assert stopped.committed_offsets == {p: max(o, -1) for p, o in at_stop.items()}

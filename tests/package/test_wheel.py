@@ -29,6 +29,11 @@ Everything runs on real parts, from outside this test's interpreter:
   ``pyspark/`` package without the jars an import never touches), so the Kafka source binds
   Spark's real ``DataSource`` rather than its no-pyspark fallback. Versions come from the
   wheel's own metadata.
+- **The README's install runs the README's DAG.** The extras of the README's first ``pip install``
+  line are added to a copy of the clean virtualenv (a copy, so the tests above keep a runtime-only
+  install, and pip only adds what the extras bring rather than installing Airflow a second time),
+  and Airflow's own ``DagBag`` loads the README's first ``python`` block there. Both are read from
+  README.md at test time, so the install line and the DAG cannot drift apart.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import configparser
 import email
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -429,3 +435,62 @@ def test_spark_job_imports_where_airflow_is_not_installed(executor_bin: Path) ->
         cwd=executor_bin.parent,
     )
     assert "--spec-file" in usage and "Run an error-aware pipeline" in usage, usage
+
+
+def readme_section(title: str) -> str:
+    """The text of README.md's ``## <title>`` section, up to the next ``## `` heading."""
+    text = (REPO / "README.md").read_text()
+    _head, found, rest = text.partition(f"\n## {title}\n")
+    assert found, f"README.md has no '## {title}' section"
+    return rest.split("\n## ", 1)[0]
+
+
+def readme_install_extras() -> list[str]:
+    """The extras of the README's first install line: ``pip install 'airflow-provider-kerr[a,b]'``."""
+    match = re.search(rf"^pip install '{re.escape(DIST_NAME)}\[([a-z,]+)\]'", readme_section("Install"), re.MULTILINE)
+    assert match is not None, "README.md's Install section has no pip install line of the package with extras"
+    return match.group(1).split(",")
+
+
+def readme_dag() -> tuple[str, list[str]]:
+    """The README's first ``python`` block (its DAG file) and the ``dag_id`` values written in it."""
+    match = re.search(r"^```python\n(.*?)^```$", (REPO / "README.md").read_text(), re.MULTILINE | re.DOTALL)
+    assert match is not None, "README.md has no ```python block"
+    source = match.group(1)
+    dag_ids = [
+        str(ast.literal_eval(keyword.value))
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        for keyword in node.keywords
+        if keyword.arg == "dag_id"
+    ]
+    assert dag_ids, "the README's DAG file names no dag_id"
+    return source, sorted(dag_ids)
+
+
+@pytest.fixture(scope="module")
+def readme_bin(dist: Dist, clean_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bin/ of a copy of the clean virtualenv with the README's install line's extras added."""
+    venv = tmp_path_factory.mktemp("readme") / "venv"
+    shutil.copytree(clean_bin.parent, venv, symlinks=True)
+    extras = ",".join(readme_install_extras())
+    pip_install(venv / "bin", f"{DIST_NAME}[{extras}] @ {dist.wheel.as_uri()}")
+    return venv / "bin"
+
+
+def test_the_readme_install_line_runs_the_readme_dag(readme_bin: Path, airflow_env: dict[str, str]) -> None:
+    """A user who copies the README's install line and its DAG file gets both DAGs, with no import error."""
+    source, dag_ids = readme_dag()
+    dag_file = Path(airflow_env["AIRFLOW__CORE__DAGS_FOLDER"]) / "readme_dag.py"
+    dag_file.write_text(source)
+    check = (
+        "import json\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"bag = DagBag(dag_folder={str(dag_file)!r})\n"
+        "print(json.dumps({'errors': {str(k): str(v) for k, v in bag.import_errors.items()},"
+        " 'dag_ids': sorted(bag.dag_ids)}))"
+    )
+    output = run([readme_bin / "python", "-c", check], timeout=300, env=airflow_env, cwd=readme_bin.parent)
+    found = json.loads(output.strip().splitlines()[-1])
+    assert found["errors"] == {}, found["errors"]
+    assert found["dag_ids"] == dag_ids, found

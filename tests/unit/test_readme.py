@@ -49,3 +49,18 @@ def test_every_link_of_the_readme_to_a_file_of_the_repository_resolves() -> None
     assert local, "the README links to no page of the site"
     missing = [t for t in local if not (REPO / t).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def install_lines(text: str) -> list[set[str]]:
+    """The extras of each ``pip install 'airflow-provider-kerr[...]'`` line in ``text``."""
+    found = re.findall(r"^pip install 'airflow-provider-kerr\[([a-z,]+)\]'", text, re.MULTILINE)
+    return [set(extras.split(",")) for extras in found]
+
+
+def test_every_install_line_brings_what_the_first_one_does() -> None:
+    """tests/package/test_wheel.py loads the README's DAG after the first install line; the others add to it."""
+    for page in (README, REPO / "docs" / "getting-started.md"):
+        lines = install_lines(page.read_text())
+        assert lines, f"{page.name} has no install line"
+        assert all(lines[0] <= extras for extras in lines[1:]), f"{page.name}: {lines}"
+    assert install_lines(README.read_text()) == install_lines((REPO / "docs" / "getting-started.md").read_text())

@@ -25,6 +25,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from airflow_kerr.errors import (
+    SKIPPED,
     DeadLetterQueueRecord,
     DeadLetterQueueReporter,
     ErrorContext,
@@ -37,6 +38,7 @@ from airflow_kerr.errors import (
     Stage,
     TaskId,
     TimestampType,
+    UnhandledError,
 )
 from airflow_kerr.errors import stacktrace as stacktrace_module
 from airflow_kerr.errors.config import HeaderFormat
@@ -335,11 +337,16 @@ def test_every_stage_and_two_tasks_get_their_own_constant_headers() -> None:
     for task in (TaskId("orders_pipeline", 0), TaskId("refunds", 12)):
         retry, sent, capture, config = handler(task=task)
         for offset, stage in enumerate(STAGES):
-            # A non-retriable error in TASK_PUT is never tolerated: reported, then the task fails.
-            try:
-                run_batch(retry, stage, decode_json, [b"{nope"], [source(offset, partition=offset)])
-            except Exception as failure:
-                assert stage is PUT_STAGE, failure
+            record = source(offset, partition=offset)
+            if stage is not PUT_STAGE:
+                assert run_batch(retry, stage, decode_json, [b"{nope"], [record]) == [SKIPPED], "tolerated"
+                continue
+            # A non-retriable error in TASK_PUT is never tolerated: reported (its DLQ record), then the task fails.
+            with pytest.raises(UnhandledError) as failed:
+                run_batch(retry, stage, decode_json, [b"{nope"], [record])
+            assert isinstance(failed.value.__cause__, json.JSONDecodeError), failed.value.__cause__
+            assert failed.value.context is not None and failed.value.context.stage is Stage.TASK_PUT
+            assert failed.value.context.record == record
         assert [dict(r.headers)[HEADER_PREFIX + "stage"] for r in sent] == [s.type.value.encode() for s in STAGES]
         assert_same_as_reference(sent, capture, config)
 

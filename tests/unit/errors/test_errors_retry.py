@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -322,9 +321,23 @@ def test_stop_during_backoff_fails_the_record_without_another_attempt() -> None:
     assert metrics.total_records_skipped == 1
 
 
+class RecordedEvent(threading.Event):
+    """A stop event that remembers each wait on it: (timeout, whether the event ended it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[tuple[float | None, bool]] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        ended_by_the_event = super().wait(timeout)
+        self.waits.append((timeout, ended_by_the_event))
+        return ended_by_the_event
+
+
 def test_stop_from_another_thread_ends_the_default_wait_at_once() -> None:
     config = ErrorHandlingConfig.from_properties({"errors.retry.timeout": -1, "errors.tolerance": "all"})
-    operator = RetryWithTolerance(config, ErrorMetrics(), task=TASK)
+    stop_event = RecordedEvent()
+    operator = RetryWithTolerance(config, ErrorMetrics(), task=TASK, stop_event=stop_event)
     second_attempt = threading.Event()
     calls: list[int] = []
     outcome: list[object] = []
@@ -338,12 +351,12 @@ def test_stop_from_another_thread_ends_the_default_wait_at_once() -> None:
     worker = threading.Thread(target=lambda: outcome.append(operator.execute(Stage.TASK_PUT, stuck, record())))
     worker.start()
     assert second_attempt.wait(5)
-    begun = time.monotonic()
     operator.stop()
     worker.join(5)
 
     assert not worker.is_alive()
-    assert time.monotonic() - begun < 0.3, "the 600 ms backoff was not cut short"
+    # The default wait is the stop event's: the 300 ms backoff ran out, the 600 ms one was ended by the stop.
+    assert stop_event.waits == [(0.3, False), (0.6, True)], "the 600 ms backoff was not cut short by the stop"
     assert outcome == [SKIPPED]
     assert len(calls) == 2
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -56,12 +54,15 @@ def test_a_sensitive_value_never_survives_masking(secret: str, key: str) -> None
     assert mask_text(masked) == masked  # idempotent
 
 
-def test_masking_a_long_identifier_is_fast() -> None:
-    """A 1 MB run of identifier characters (a hex dump in a message) does not stall the page."""
+def test_a_long_identifier_is_masked_whole() -> None:
+    """A 1 MB run of identifier characters (a hex dump in a message) is read as one key, secrets after it masked.
 
-    started = time.perf_counter()
-    mask_text("a" * 1_000_000 + ": b")
-    assert time.perf_counter() - started < 1.0
+    How long that takes (linear in the text: the key pattern is possessive) is measured by
+    ``benchmarks/masking_cost.py``; a regex that backtracks over the run would hang this test.
+    """
+    run = "a" * 1_000_000
+    assert mask_text(run + ": b") == run + ": b", "an identifier that is no credential keeps its value"
+    assert mask_text(run + " password=hunter2") == f"{run} password={MASK}"
 
 
 def test_a_header_named_like_a_credential_is_hidden_whatever_it_holds() -> None:

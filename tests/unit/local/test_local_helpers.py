@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -56,12 +56,11 @@ def test_a_failed_connect_start_reaps_the_worker_at_once(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(local_process.subprocess, "Popen", Recorded)
     monkeypatch.setattr(urllib.request, "urlopen", unanswered)
-    begun = time.monotonic()
     with pytest.raises(ConnectRuntimeUnavailable, match=r"was not ready within 1 s \(not answering\)"):
         ConnectWorker("127.0.0.1:1", tmp_path, start_timeout_s=1.0).start()
-    elapsed = time.monotonic() - begun
     assert len(started) == 1 and started[0].returncode is not None, "the JVM was not reaped"
-    assert elapsed < 25, f"stopping the worker took {elapsed:.1f} s"
+    # Ended by the first SIGTERM (the JVM exits 143 on it), not killed after the stop's grace ran out.
+    assert started[0].returncode in (128 + signal.SIGTERM, -signal.SIGTERM), started[0].returncode
 
 
 def test_a_missing_java_names_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -105,10 +104,9 @@ def test_wait_for_metadata_notices_a_broker_that_dies_after_opening_its_port(tmp
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     try:
         assert process.stdout is not None and process.stdout.readline().strip() == b"ready"
-        begun = time.monotonic()
+        # The exit's own error, not the 60 s wait's "did not answer" one.
         with pytest.raises(BrokerUnavailable, match="the broker process exited with code 3 while starting"):
             wait_for_metadata(f"127.0.0.1:{port}", timeout_s=60, process=process)
-        assert time.monotonic() - begun < 15
     finally:
         if process.poll() is None:
             process.kill()

@@ -59,10 +59,8 @@ def test_a_child_gets_the_chosen_signal_when_its_parent_dies(tmp_path: Path, sig
 
 def test_stop_process_reaps_a_child_that_exits_on_sigterm() -> None:
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    started = time.monotonic()
     stop_process(process, timeout_s=10)
-    assert process.returncode == -signal.SIGTERM
-    assert time.monotonic() - started < 5
+    assert process.returncode == -signal.SIGTERM, "ended by the SIGTERM, not killed after the 10 s grace"
 
 
 def test_stop_process_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
@@ -184,8 +182,7 @@ def test_a_child_that_exits_while_starting_ends_the_wait_at_once(tmp_path: Path)
         def _launch(self) -> None:
             self._spawn([sys.executable, "-c", "print('boom'); raise SystemExit(3)"], log_path=tmp_path / "log")
 
-    begun = time.monotonic()
+    # The exit's own error, not the 30 s wait's "not ready within" one.
     with pytest.raises(RuntimeError, match="exited with code 3 while starting"):
         Failing(ready_after=None, start_timeout_s=30).start()
-    assert time.monotonic() - begun < 10
     assert (tmp_path / "log").read_text() == "boom\n"
