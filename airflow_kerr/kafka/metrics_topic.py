@@ -12,6 +12,12 @@ is read again by the next run, and Spark runs a failed or slow task again. Summi
 every record would count those inputs twice, so :func:`count_inputs_once` lets one
 record win wherever ranges overlap: a finished task's over a failed attempt's, then
 the latest.
+
+While a task runs it also publishes interim records (``interim: true``), each cumulative
+for its task attempt (``attempt``, numbered by ``seq``). :func:`latest_per_attempt` keeps
+one record per attempt before the ranges are compared: the attempt's final record, or
+else its newest interim one, so an attempt never counts twice, whether it is still
+running, finished, failed, retried by Spark or run twice by speculation.
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ SOURCE_TOPIC = "source_topic"
 SOURCE_PARTITION = "source_partition"
 START_OFFSET = "start_offset"
 END_OFFSET = "end_offset"
+#: The fields that tell a task attempt's records apart: which attempt, the how-manieth record of it, interim or final.
+ATTEMPT = "attempt"
+SEQ = "seq"
+INTERIM = "interim"
 
 
 @dataclass(frozen=True)
@@ -125,11 +135,46 @@ def run_summary(
     return found[-1] if found else None
 
 
+def latest_per_attempt(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One record per task attempt (in the given order, oldest first): its final record, else its newest interim one.
+
+    An attempt's records are cumulative: each interim record repeats what the earlier ones
+    counted, and the final record (``interim`` absent or false) holds the attempt's totals,
+    so it supersedes every interim record whatever the order they were read in (a final
+    record can be read before a late interim one: they may sit in different batches). Among
+    interim records the highest ``seq`` wins, then the later read. Records of different
+    attempts are all kept: Spark's retries and speculative copies are separate attempts,
+    whose overlapping input :func:`count_inputs_once` then counts once. A record naming no
+    attempt (a task record from an older writer, a run record) is kept as it is.
+    """
+    best: dict[tuple[Any, Any, Any], int] = {}
+    for index, record in enumerate(records):
+        attempt = record.get(ATTEMPT)
+        if attempt is None:
+            continue
+        key = (record.get("pipeline"), record.get("run_id"), attempt)
+        held = best.get(key)
+        if held is None or _attempt_rank(record, index) > _attempt_rank(records[held], held):
+            best[key] = index
+    kept = set(best.values())
+    return [r for i, r in enumerate(records) if r.get(ATTEMPT) is None or i in kept]
+
+
+def _attempt_rank(record: Mapping[str, Any], index: int) -> tuple[bool, int, int]:
+    """How one record of an attempt ranks among the others: final first, then the highest ``seq``, then the latest."""
+    try:
+        seq = int(record.get(SEQ, 0))
+    except (TypeError, ValueError):
+        seq = 0
+    return (not record.get(INTERIM, False), seq, index)
+
+
 def count_inputs_once(records: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], float]]:
     """Each task record (in the given order, oldest first) with the share of its input range it counts.
 
     Every input offset counts once, by the one record that counts it best: a finished
-    task's record before that of an attempt that failed (its range runs to the end of
+    task's record, then a running attempt's newest interim record (see :func:`_state_rank`),
+    before that of an attempt that failed (its range runs to the end of
     the batch it failed in, its counters stop at the failure, and a worker of a killed
     run may write it after the rerun wrote its own), then the latest. So a killed run's
     records give way to the rerun's for the offsets both read, and a failed task attempt
@@ -138,7 +183,7 @@ def count_inputs_once(records: Sequence[Mapping[str, Any]]) -> list[tuple[Mappin
     offsets left to it: its counters are totals, so its part of them is estimated in
     proportion. Records that name no range keep 1; nothing says what they overlap.
     """
-    precedence = sorted(range(len(records)), key=lambda i: (records[i].get("state") != "failed", i), reverse=True)
+    precedence = sorted(range(len(records)), key=lambda i: (_state_rank(records[i]), i), reverse=True)
     covered: dict[tuple[str, int], list[tuple[int, int]]] = {}
     shares = [1.0] * len(records)
     for index in precedence:
@@ -150,6 +195,19 @@ def count_inputs_once(records: Sequence[Mapping[str, Any]]) -> list[tuple[Mappin
         shares[index] = 1.0 - overlap / (span.end - span.start)
         covered[(span.topic, span.partition)] = _merge_span(spans, span.start, span.end)
     return list(zip(records, shares, strict=True))
+
+
+def _state_rank(record: Mapping[str, Any]) -> int:
+    """A finished attempt's record counts best, a running one's newest interim next, a failed one's last.
+
+    A running attempt (a Spark retry under way, or a speculative copy) has counted its range so
+    far exactly; a failed attempt's counters stop at the failure while its range runs on to the
+    end of its batch. A finished attempt's totals beat both, so once any attempt of a range
+    finished, the range counts as it did.
+    """
+    if record.get("state") == "failed":
+        return 0
+    return 1 if record.get(INTERIM) else 2
 
 
 def _merge_span(spans: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow_kerr.errors.metrics import TOTAL_RECORD_ERRORS
 from airflow_kerr.kafka.dead_letters import dlq_end_offsets
-from airflow_kerr.kafka.metrics_topic import count_inputs_once, read_metrics_records
+from airflow_kerr.kafka.metrics_topic import count_inputs_once, latest_per_attempt, read_metrics_records
 from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_partitions
 
 WAIT_FOR = ("breach", "recovery")
@@ -214,8 +214,10 @@ def metrics_window(
     Each input is counted once: a run killed before its commit leaves task records
     for ranges the next run reads again, and Spark publishes one per task attempt, so
     wherever ranges overlap only one record counts, a finished task's before a failed
-    attempt's, then the latest (:func:`count_inputs_once`). Run records
-    (``scope="run"``) repeat their tasks' sums and are not read.
+    attempt's, then the latest (:func:`count_inputs_once`). A running task's interim
+    records count through its newest one, and its final record supersedes them
+    (:func:`latest_per_attempt`). Run records (``scope="run"``) repeat their tasks' sums
+    and are not read.
     """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     start_ms = now_ms - window_ms
@@ -229,9 +231,13 @@ def metrics_window(
 
 
 def metrics_reading(records: Sequence[dict[str, Any]], start_ms: int, end_ms: int) -> ToleranceReading:
-    """The reading over task metrics ``records`` already chosen for the window from ``start_ms`` to ``end_ms``."""
+    """The reading over task metrics ``records`` already chosen for the window from ``start_ms`` to ``end_ms``.
+
+    Interim and final records of one task attempt count once (:func:`latest_per_attempt`),
+    then overlapping inputs of different attempts or runs once (:func:`count_inputs_once`).
+    """
     records_in = errors = 0.0
-    for record, share in count_inputs_once(list(records)):
+    for record, share in count_inputs_once(latest_per_attempt(records)):
         records_in += share * int(record.get("records_in", 0))
         errors += share * int(record.get(TOTAL_RECORD_ERRORS, 0))
     return ToleranceReading(
