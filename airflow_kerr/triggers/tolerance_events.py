@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -46,20 +47,30 @@ class ToleranceTransitionStream(CursorStream):
         self.pause_on_breach = list(pause_on_breach)
         self.kafka_connect_conn_id = kafka_connect_conn_id
         self._watch: ToleranceWatch | None = None
+        # The metrics mode follows the metrics topic and waits on it: a breach record is read when the broker
+        # has it, not up to poll_interval later. The DLQ mode samples every poll_interval.
+        self.waits_in_observe = spec.source == "metrics"
 
     def cursor(self) -> WatchCursor:
+        if self._watch is not None:
+            self._watch.close()  # opened again after a failure: the old consumer goes
         self._watch = ToleranceWatch(kafka_config=self.kafka_config, wait_for="breach", spec=self.spec)
         return WatchCursor(self.kafka_config, self.cursor_group, self.spec.watched_topic)
 
     def first_position(self) -> WatchPosition:
         return WatchPosition(state={"state": "healthy"})
 
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self._watch is not None:
+            await asyncio.to_thread(self._watch.close)
+
     def observe(self) -> list[tuple[dict[str, Any], WatchPosition]]:
         assert self._watch is not None
         state = self.position.state or {"state": "healthy"}
         breached = state.get("state") == "breached"
         self._watch.wait_for = "recovery" if breached else "breach"
-        holds, reading = self._watch.check()
+        holds, reading = self._watch.check(wait_s=self.poll_interval if self.waits_in_observe else 0.0)
         if not holds or reading is None:
             return []
         if breached:
