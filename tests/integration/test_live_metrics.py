@@ -183,3 +183,63 @@ def test_a_watch_waiting_on_the_metrics_topic_takes_a_record_written_meanwhile_o
         assert watch.follower is not None and watch.follower.opens == 1
     finally:
         watch.close()
+
+
+def test_the_watcher_pauses_the_sink_with_the_client_it_prepared_when_the_watch_opened(
+    kafka_config: dict[str, Any],
+    kafka_connection: str,
+    create_topic: Callable[..., str],
+    unique_topic: str,
+    connect_worker: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Real broker, real Kafka Connect: the tolerance watcher's stream reads the Connect connection and makes
+    its client when it opens, and the breach's pause goes through that same client to a PAUSED connector."""
+    from airflow_kerr.local.connect_worker import connector_config
+    from airflow_kerr.triggers.tolerance_events import ToleranceTransitionStream
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT",
+        json.dumps(
+            {"conn_type": "kafka_connect", "host": connect_worker.host, "port": connect_worker.port, "schema": "http"}
+        ),
+    )
+    metrics = create_topic(f"{unique_topic}.metrics")
+    sink_topic = create_topic(f"{unique_topic}.clean")
+    connector = f"sink-{unique_topic}"[:60]
+    connect_worker.add_connector(connector, connector_config(sink_topic, str(tmp_path / "sink.jsonl")))
+    stream = ToleranceTransitionStream(
+        spec=ToleranceSpec(max_errors=10, min_records=0, pipeline="p", metrics_topic=metrics),
+        cursor_group=f"{unique_topic}-cursor",
+        kafka_config_id=kafka_connection,
+        poll_interval=1.0,
+        pause_on_breach=[connector],
+    )
+    try:
+        stream.open()
+        prepared = stream.pauser._hook
+        assert prepared is not None, "the Connect client was not made when the watch opened"
+        producer = Producer(kafka_config)
+        record = {"pipeline": "p", "scope": "task", "attempt": "a", "seq": 0, "interim": True, "state": "running"}
+        record |= {"window_end_ms": int(time.time() * 1000), "records_in": 100, "total-record-errors": 11}
+        producer.produce(metrics, key=b"p", value=json.dumps(record).encode())
+        assert producer.flush(30) == 0
+
+        [(event, _)] = stream.observe()
+
+        assert event["status"] == "breach"
+        assert event["paused_on_breach"][connector]["error"] is None
+        assert event["paused_on_breach"][connector]["asked_at_ms"] is not None
+        assert stream.pauser._hook is prepared, "the pause did not go through the prepared client"
+        deadline = time.monotonic() + 60
+        while connect_worker.status(connector)["connector"]["state"] != "PAUSED":
+            assert time.monotonic() < deadline, connect_worker.status(connector)
+            time.sleep(0.1)
+    finally:
+        stream.pauser.close()
+        if stream._watch is not None:
+            stream._watch.close()
+        if stream._cursor is not None:
+            stream._cursor.close()
+        connect_worker.rest("DELETE", f"/connectors/{connector}")
