@@ -211,6 +211,9 @@ class WatchTrigger(KwargsTrigger, BaseEventTrigger):
         _, kwargs = self.serialize()
         stream = self.stream({name: kwargs[name] for name in self.stream_fields})
         stream.standalone = True
+        # Here the position is saved after the wait between looks, which gives the triggerer time to store
+        # the look's events first: a look that waits on the topic would shorten that wait, so it sleeps.
+        stream.waits_in_observe = False
         try:
             # Read in the event loop: Airflow 3.1's trigger runner breaks on a lookup from a worker thread.
             wait = stream.poll_interval
