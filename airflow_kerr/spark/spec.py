@@ -83,6 +83,8 @@ class PipelineSpec:
 
     ``kafka`` holds the librdkafka settings of the cluster (bootstrap servers and
     security) used for the source, a Kafka sink, the DLQ and the metrics topic.
+    ``metrics_interval_ms`` is how often a running task publishes an interim metrics record
+    (its counters so far), so the tolerance watches see a breach before the task ends.
     """
 
     name: str
