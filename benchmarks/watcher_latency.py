@@ -1,10 +1,11 @@
 """Event-driven reaction time: tolerance breach to a Kafka Connect sink PAUSED, through an Airflow 3 AssetWatcher.
 
 No poke interval is involved: ``on_tolerance_breach`` is scheduled on the watched breach
-asset, whose ``ToleranceEventTrigger`` runs on the triggerer and reads the job's metrics
-every ``poll_interval`` (1 s). The stack is the event-driven end-to-end test's
-(``tests/integration/test_event_driven.py``): an embedded broker, a real Kafka Connect
-worker running ``orders-sink``, and ``airflow standalone`` (scheduler, triggerer,
+asset, whose ``ToleranceEventTrigger`` runs on the triggerer and follows the job's metrics
+topic with one consumer, each look waiting on the topic up to ``poll_interval`` (1 s) for the
+next record (before 2026-11-28 it read the window afresh every ``poll_interval``). The
+stack is the event-driven end-to-end test's (``tests/integration/test_event_driven.py``): an
+embedded broker, a real Kafka Connect worker running ``orders-sink``, and ``airflow standalone`` (scheduler, triggerer,
 dag-processor, api-server, LocalExecutor) with deployed copies of
 ``dags/on_tolerance_breach.py`` and ``dags/on_tolerance_recovery.py`` that watch a short
 window (``--window``, 8 s instead of 5 minutes), so a cycle is short. No Spark: a breach
@@ -14,9 +15,9 @@ is one task metrics record in the job's format (200 records in, 60 failed) writt
 Each cycle: write the breaching record, t0 = its ``window_end_ms``; poll the connector's
 ``/status`` every 50 ms until it reads PAUSED. The watcher asks Connect to pause the moment
 its look sees the breach (``pause_on_breach``), so the critical path is three stages: t0 →
-the start of the watcher's look that saw it (``window_end_ms`` of its reading; negative when
-a look under way read the record), that look → Connect accepted the pause
-(``paused_on_breach.asked_at_ms`` in the event), → PAUSED seen. Then the Airflow REST API
+the watcher's reading that holds it (``window_end_ms`` of its reading, taken once the look has
+the record), that reading → Connect accepted the pause (one PUT through the client made when
+the watch opened; ``paused_on_breach.asked_at_ms`` in the event), → PAUSED seen. Then the Airflow REST API
 says how the DAG run followed up: the watcher's asset event (stored), the run it created
 (queued), the ``pause_connector`` task instance (queued, started) and its log ("Asked ... to
 pause"). Then, once the window has passed, a clean record (200 in, 0 failed) brings the
@@ -83,8 +84,8 @@ QUIET_TIMEOUT_S = 1800.0
 
 #: The critical path, in order: key, label. Their sum is the total (t0 → PAUSED).
 STAGES = (
-    ("breach_to_reading", "breach record → start of the look that saw it"),
-    ("reading_to_pause_asked", "that look → Connect accepted the pause"),
+    ("breach_to_reading", "breach record → the reading that holds it"),
+    ("reading_to_pause_asked", "that reading → Connect accepted the pause"),
     ("pause_asked_to_paused", "pause accepted → connector PAUSED seen"),
 )
 #: How the watcher path's DAG run followed up (the pause task asks again and waits for every task PAUSED).

@@ -33,6 +33,11 @@ def offset_consumer(config: Mapping[str, Any]) -> Consumer:
     # KIP-714 client metrics push: a look-up client has nothing to report, and brokers
     # without it are asked for a subscription again and again.
     settings.setdefault("enable.metrics.push", False)
+    # A look-up reads records that are there already. After them the client sends its next fetch at once,
+    # and a broker holds that fetch until new records come or fetch.wait.max.ms passes (500 ms by default);
+    # every request after it on the connection (ListOffsets, the next range's fetch) waits as long: a look
+    # at the metrics topic took 0.5 s instead of 0.01 s. A look-up client has nothing to wait for.
+    settings.setdefault("fetch.wait.max.ms", 10)
     return Consumer(settings)
 
 

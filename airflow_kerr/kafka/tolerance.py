@@ -15,7 +15,12 @@ from typing import Any
 
 from airflow_kerr.errors.metrics import TOTAL_RECORD_ERRORS
 from airflow_kerr.kafka.dead_letters import dlq_end_offsets
-from airflow_kerr.kafka.metrics_topic import count_inputs_once, read_metrics_records
+from airflow_kerr.kafka.metrics_topic import (
+    MetricsFollower,
+    count_inputs_once,
+    latest_per_attempt,
+    read_metrics_records,
+)
 from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_partitions
 
 WAIT_FOR = ("breach", "recovery")
@@ -214,8 +219,10 @@ def metrics_window(
     Each input is counted once: a run killed before its commit leaves task records
     for ranges the next run reads again, and Spark publishes one per task attempt, so
     wherever ranges overlap only one record counts, a finished task's before a failed
-    attempt's, then the latest (:func:`count_inputs_once`). Run records
-    (``scope="run"``) repeat their tasks' sums and are not read.
+    attempt's, then the latest (:func:`count_inputs_once`). A running task's interim
+    records count through its newest one, and its final record supersedes them
+    (:func:`latest_per_attempt`). Run records (``scope="run"``) repeat their tasks' sums
+    and are not read.
     """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     start_ms = now_ms - window_ms
@@ -229,9 +236,13 @@ def metrics_window(
 
 
 def metrics_reading(records: Sequence[dict[str, Any]], start_ms: int, end_ms: int) -> ToleranceReading:
-    """The reading over task metrics ``records`` already chosen for the window from ``start_ms`` to ``end_ms``."""
+    """The reading over task metrics ``records`` already chosen for the window from ``start_ms`` to ``end_ms``.
+
+    Interim and final records of one task attempt count once (:func:`latest_per_attempt`),
+    then overlapping inputs of different attempts or runs once (:func:`count_inputs_once`).
+    """
     records_in = errors = 0.0
-    for record, share in count_inputs_once(list(records)):
+    for record, share in count_inputs_once(latest_per_attempt(records)):
         records_in += share * int(record.get("records_in", 0))
         errors += share * int(record.get(TOTAL_RECORD_ERRORS, 0))
     return ToleranceReading(
@@ -307,25 +318,48 @@ class ToleranceWatch:
     wait_for: str
     spec: ToleranceSpec
     samples: list[ConsumptionSample] = field(default_factory=list)
+    #: The metrics mode's reader, kept from look to look: one consumer that follows the metrics topic.
+    follower: MetricsFollower | None = None
 
     def __post_init__(self) -> None:
         problems = wait_for_problems(self.wait_for)
         if problems:
             raise ValueError(problems[0])
 
-    def read(self) -> ToleranceReading | None:
+    def read(self, wait_s: float = 0.0) -> ToleranceReading | None:
+        """The window now; in the metrics mode, after waiting up to ``wait_s`` for a new metrics record.
+
+        The metrics mode follows the topic with one consumer (:class:`MetricsFollower`): a look
+        takes only what arrived since the last, and a watch that waits sees a record the moment
+        the broker has it. The DLQ mode samples and does not wait.
+        """
         spec = self.spec
         if spec.source == "metrics":
-            assert spec.pipeline is not None
-            return metrics_window(self.kafka_config, spec.metrics_topic, spec.pipeline, spec.window_ms)
+            pipeline = spec.pipeline
+            assert pipeline is not None
+            if self.follower is None:
+                self.follower = MetricsFollower(
+                    self.kafka_config,
+                    spec.metrics_topic,
+                    lambda r: r.get("scope") == "task" and r.get("pipeline") == pipeline,
+                    spec.window_ms,
+                )
+            records = self.follower.read(wait_s=wait_s)
+            now_ms = int(time.time() * 1000)
+            return metrics_reading(records, now_ms - spec.window_ms, now_ms)
         assert spec.dlq_topic is not None and spec.group_id is not None
         sample = consumption_sample(self.kafka_config, spec.dlq_topic, spec.source_topics, spec.group_id)
         self.samples = [s for s in self.samples if s.at_ms >= sample.at_ms - 2 * spec.window_ms] + [sample]
         return consumption_window(self.samples, spec.window_ms)
 
-    def check(self) -> tuple[bool, ToleranceReading | None]:
-        """One reading, and whether the sensor's condition holds on it."""
-        reading = self.read()
+    def close(self) -> None:
+        """Let the metrics topic's consumer go (a watch that is read again opens a new one)."""
+        if self.follower is not None:
+            self.follower.close()
+
+    def check(self, wait_s: float = 0.0) -> tuple[bool, ToleranceReading | None]:
+        """One reading (after waiting up to ``wait_s`` for news, see :meth:`read`), and whether the condition holds."""
+        reading = self.read(wait_s)
         if reading is None:
             return False, None
         spec = self.spec

@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
 from airflow_kerr.compat import AirflowException, AirflowSensorTimeout, conf
-from airflow_kerr.hooks.breach_pause import connectors_to_pause, pause_on_breach
+from airflow_kerr.hooks.breach_pause import BreachPauser, connectors_to_pause
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.tolerance import (
@@ -111,6 +111,7 @@ class ToleranceSensor(BaseSensorOperator):
         self.kafka_connect_conn_id = kafka_connect_conn_id
         self.deferrable = deferrable
         self._watch: ToleranceWatch | None = None
+        self._pauser: BreachPauser | None = None
 
     def tolerance_spec(self) -> ToleranceSpec:
         """The spec of the settings as they stand: after rendering, with the templated names filled in."""
@@ -127,13 +128,26 @@ class ToleranceSensor(BaseSensorOperator):
         return self._watch
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
+        self.pauser()  # ready before the breach
         watch = self.watch()
         holds, reading = watch.check()
         self.log.info("%s? %s", self.wait_for, watch.describe(reading))
         if not holds or reading is None:
             return False
-        paused = pause_on_breach(self.kafka_connect_conn_id, self.pause_on_breach)
+        paused = self.pauser().pause()
+        self.pauser().close()
         return PokeReturnValue(is_done=True, xcom_value=self.result(reading.as_dict(), paused))
+
+    def pauser(self) -> BreachPauser:
+        """The pause of ``pause_on_breach``, its Connect connection read and client made at the first poke.
+
+        Kept from poke to poke, as the watch is: a breach then costs one PUT, not a connection
+        read and a new client as well.
+        """
+        if self._pauser is None:
+            self._pauser = BreachPauser(self.kafka_connect_conn_id, self.pause_on_breach)
+            self._pauser.prepare()
+        return self._pauser
 
     def result(self, reading: dict[str, Any], paused: dict[str, Any] | None = None) -> dict[str, Any]:
         """The reading plus the limits it was judged against, for notifiers and branches downstream."""

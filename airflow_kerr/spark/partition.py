@@ -4,6 +4,10 @@ The ``kerr_kafka`` source calls :func:`process_batches` inside the read task (Sp
 ``kafka`` format hands its rows to :func:`process_partition` through ``mapInArrow``);
 either runs a :class:`PartitionProcessor` over the task's Arrow batches, flushes its
 output, DLQ records and metrics record, and hands the driver one summary row.
+
+While the task runs, an :class:`InterimMetrics` thread publishes its counters every
+``metrics_interval_ms`` (``interim: true``), so a breach is seen while a long task is
+still reading, not only when it ends.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import logging
 import pickle
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,7 +39,7 @@ from airflow_kerr.errors import (
     Stage,
     TaskId,
 )
-from airflow_kerr.kafka.metrics_topic import input_range_fields
+from airflow_kerr.kafka.metrics_topic import ATTEMPT, INTERIM, SEQ, input_range_fields
 from airflow_kerr.spark.columns import BatchColumns
 from airflow_kerr.spark.failures import task_failure_text
 from airflow_kerr.spark.run_metrics import publish_metrics_record
@@ -96,6 +101,11 @@ class PartitionProcessor:
         self.last_offset: int | None = None
         self.topic = ""
         self.partition = -1
+        #: This task attempt's id in its metrics records: a Spark retry or speculative copy is another attempt.
+        self.attempt = uuid.uuid4().hex
+        #: The number of the attempt's next metrics record: interim ones count up, the final one is the last.
+        self.seq = 0
+        self.interim = InterimMetrics(self, spec.metrics_interval_ms / 1000)
 
     def _dead_letter_omitted(self, record: DeadLetterQueueRecord, why: str) -> None:
         """A DLQ record was too large for Kafka and went without the failed record's key and value.
@@ -179,6 +189,7 @@ class PartitionProcessor:
 
     def finish(self) -> dict[str, Any]:
         """Flush sink output, DLQ records and this task's metrics record; return the task summary."""
+        self.interim.stop()
         self.sink.flush()
         self.channel.flush()
         self.publish_metrics(state="success")
@@ -192,7 +203,12 @@ class PartitionProcessor:
         }
 
     def publish_metrics(self, state: str) -> None:
-        """Write this task's metrics record (``scope="task"``) and wait until Kafka has it."""
+        """Write this task's final metrics record (``scope="task"``) and wait until Kafka has it.
+
+        Its ``seq`` is after every interim record's, and it holds the attempt's totals: readers
+        let it supersede them (:func:`~airflow_kerr.kafka.metrics_topic.latest_per_attempt`).
+        """
+        self.interim.stop()
         publish_metrics_record(
             self.channel,
             self.spec,
@@ -200,12 +216,51 @@ class PartitionProcessor:
             task=self.spec.task_id,
             run_id=self.run_id,
             started_ms=self.started_ms,
-            scope="task",
-            state=state,
-            records_out=self.records_out,
-            source=f"{self.topic}-{self.partition}",
-            **input_range_fields(self.topic, self.partition, self.first_offset, self.last_offset),
+            **self.record_fields(state, interim=False),
         )
+
+    def record_fields(self, state: str, *, interim: bool) -> dict[str, Any]:
+        """What a task record adds to the counters: scope, state, the attempt and its ``seq``, the input range."""
+        seq, self.seq = self.seq, self.seq + 1
+        return {
+            "scope": "task",
+            "state": state,
+            "records_out": self.records_out,
+            "source": f"{self.topic}-{self.partition}",
+            ATTEMPT: self.attempt,
+            SEQ: seq,
+            INTERIM: interim,
+            **input_range_fields(self.topic, self.partition, self.first_offset, self.last_offset),
+        }
+
+    def publish_interim(self) -> bool:
+        """Queue an interim record of the counters so far (``state="running"``), without waiting for delivery.
+
+        Called from the :class:`InterimMetrics` thread while the task's own thread processes:
+        the counters are plain ints, each read whole under the GIL, and a snapshot taken
+        mid-batch at worst lags the batch's failures (``records_in`` counts a batch as it
+        starts), never counts one twice. The record goes out with the producer's next send
+        (``linger.ms``); a full local queue skips this one, the next interval tries again.
+        """
+        if self.first_offset is None:
+            return False  # nothing read yet: a record would say nothing
+        snapshot = ErrorMetrics.zero().merge(self.metrics)
+        record = snapshot.to_record(
+            pipeline=self.spec.name,
+            task=self.spec.task_id,
+            run_id=self.run_id,
+            window_start_ms=self.started_ms,
+            window_end_ms=int(time.time() * 1000),
+        )
+        record.update(self.record_fields("running", interim=True))
+        try:
+            self.channel.producer.produce(
+                self.spec.metrics_topic, value=json.dumps(record).encode(), key=self.spec.name.encode()
+            )
+        except BufferError:
+            LOG.warning("interim metrics record skipped: the producer's local queue is full")
+            return False
+        return True
 
     def fail(self, error: BaseException) -> RuntimeError:
         """Flush what was reported, publish this task's metrics as failed, and describe the failure."""
@@ -222,10 +277,51 @@ class PartitionProcessor:
 
     def close(self) -> None:
         """Close the error reporters; a failure to close is logged, never hiding the task's own outcome."""
+        self.interim.stop()
         try:
             self.retry.close()
         except Exception as error:
             LOG.error("%s", error)
+
+
+class InterimMetrics:
+    """Publishes a running task's interim metrics record every ``interval_s`` seconds, from a daemon thread.
+
+    A thread, not a check between batches: a batch of slow records (a lookup per record, a
+    retry backoff) can take far longer than the interval, and the promise is a record at
+    least every interval while the task runs. The task's thread holds the GIL in its loops,
+    but Python hands it over every 5 ms (``sys.getswitchinterval``), so the ticks are on
+    time. :meth:`stop` is called before the final record, so none is published after it.
+    """
+
+    def __init__(self, processor: PartitionProcessor, interval_s: float) -> None:
+        self.processor = processor
+        self.interval_s = interval_s
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+        #: Interim records queued so far, and failures to build or queue one (logged, never failing the task).
+        self.published = 0
+        self.failures = 0
+
+    def start(self) -> None:
+        if self.thread is None and not self.stopped.is_set():
+            self.thread = threading.Thread(target=self._run, name="kerr-interim-metrics", daemon=True)
+            self.thread.start()
+
+    def stop(self) -> None:
+        """Stop ticking and wait for a tick under way, so the final record is the attempt's last."""
+        self.stopped.set()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval_s):
+            try:
+                if self.processor.publish_interim():
+                    self.published += 1
+            except Exception as error:  # a metrics record is news, not the task's work: never fail the task for it
+                self.failures += 1
+                LOG.warning("could not publish an interim metrics record: %s", error)
 
 
 def process_batches(batches: Iterator[Any], argument: str) -> Iterator[tuple[Any, ...]]:
@@ -255,6 +351,7 @@ def _process_task(batches: Iterator[Any], spec_json: str, run_id: str) -> dict[s
     spec = PipelineSpec.from_json(spec_json)
     processor = PartitionProcessor(spec, run_id, part_name=f"part-{run_id}-{uuid.uuid4().hex[:8]}")
     try:
+        processor.interim.start()
         with few_collections():
             for batch in batches:
                 processor.process(batch)

@@ -32,6 +32,10 @@ SINK_KINDS = ("kafka", "parquet", "jsonl", "callable")
 SOURCE_FORMATS = ("kerr_kafka", "kafka")
 STARTING_OFFSETS = ("group", "earliest", "latest")
 DEFAULT_METRICS_TOPIC = "kerr.metrics"
+#: How often a running task publishes an interim metrics record, in ms (``metrics_interval_ms``), and the bounds:
+#: under 100 ms the records cost more than they tell, over an hour a task is as good as unwatched.
+DEFAULT_METRICS_INTERVAL_MS = 1000
+METRICS_INTERVAL_MS_RANGE = (100, 3_600_000)
 
 
 class _Missing:
@@ -79,6 +83,8 @@ class PipelineSpec:
 
     ``kafka`` holds the librdkafka settings of the cluster (bootstrap servers and
     security) used for the source, a Kafka sink, the DLQ and the metrics topic.
+    ``metrics_interval_ms`` is how often a running task publishes an interim metrics record
+    (its counters so far), so the tolerance watches see a breach before the task ends.
     """
 
     name: str
@@ -92,6 +98,7 @@ class PipelineSpec:
     task_id: int = 0
     metrics_topic: str = DEFAULT_METRICS_TOPIC
     batch_size: int = 2048
+    metrics_interval_ms: int = DEFAULT_METRICS_INTERVAL_MS
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PipelineSpec:
@@ -142,6 +149,7 @@ class PipelineSpec:
         problems += _transformation_problems(self.transformations)
         problems += _int_problems("batch_size", self.batch_size, 1, INT_MAX)
         problems += _int_problems("task_id", self.task_id, 0, INT_MAX)
+        problems += _int_problems("metrics_interval_ms", self.metrics_interval_ms, *METRICS_INTERVAL_MS_RANGE)
         problem = _topic_problem(self.metrics_topic)
         if problem:
             problems.append(_bad("metrics_topic", self.metrics_topic, problem))

@@ -71,6 +71,11 @@ class ToleranceTrigger(PollingTrigger):
         self._watch = ToleranceWatch(kafka_config=config, wait_for=self.wait_for, spec=self.spec)
         self._reading: ToleranceReading | None = None
 
+    async def close(self) -> None:
+        watch = getattr(self, "_watch", None)
+        if watch is not None:  # its consumer follows the metrics topic from poll to poll
+            await asyncio.to_thread(watch.close)
+
     async def poll(self) -> dict[str, Any] | None:
         holds, self._reading = await asyncio.to_thread(self._watch.check)
         if not holds or self._reading is None:

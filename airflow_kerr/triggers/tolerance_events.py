@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_kerr.hooks.breach_pause import connectors_to_pause, pause_on_breach
+from airflow_kerr.hooks.breach_pause import BreachPauser, connectors_to_pause
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.dead_letters import alert_sample
 from airflow_kerr.kafka.tolerance import ToleranceSpec, ToleranceSpecError, ToleranceWatch, reading_with_limits
@@ -46,27 +47,44 @@ class ToleranceTransitionStream(CursorStream):
         self.pause_on_breach = list(pause_on_breach)
         self.kafka_connect_conn_id = kafka_connect_conn_id
         self._watch: ToleranceWatch | None = None
+        #: The connection to Kafka Connect read, and its client made, when the watch opens: a breach costs one PUT.
+        self.pauser = BreachPauser(kafka_connect_conn_id, self.pause_on_breach)
+        # The metrics mode follows the metrics topic and waits on it: a breach record is read when the broker
+        # has it, not up to poll_interval later. The DLQ mode samples every poll_interval.
+        self.waits_in_observe = spec.source == "metrics"
 
     def cursor(self) -> WatchCursor:
+        if self._watch is not None:
+            self._watch.close()  # opened again after a failure: the old consumer goes
         self._watch = ToleranceWatch(kafka_config=self.kafka_config, wait_for="breach", spec=self.spec)
         return WatchCursor(self.kafka_config, self.cursor_group, self.spec.watched_topic)
 
     def first_position(self) -> WatchPosition:
         return WatchPosition(state={"state": "healthy"})
 
+    def open(self) -> None:
+        super().open()
+        self.pauser.prepare()
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self._watch is not None:
+            await asyncio.to_thread(self._watch.close)
+        self.pauser.close()
+
     def observe(self) -> list[tuple[dict[str, Any], WatchPosition]]:
         assert self._watch is not None
         state = self.position.state or {"state": "healthy"}
         breached = state.get("state") == "breached"
         self._watch.wait_for = "recovery" if breached else "breach"
-        holds, reading = self._watch.check()
+        holds, reading = self._watch.check(wait_s=self.poll_interval if self.waits_in_observe else 0.0)
         if not holds or reading is None:
             return []
         if breached:
             event = {"status": "recovery", "breach_id": state.get("breach_id")}
             after = {"state": "healthy", "last_breach_id": state.get("breach_id")}
         else:
-            paused = pause_on_breach(self.kafka_connect_conn_id, self.pause_on_breach)  # first: seconds matter
+            paused = self.pauser.pause()  # first: seconds matter
             breach_id = f"{self.spec.pipeline or self.spec.dlq_topic}@{reading.window_end_ms}"
             dlq = self.spec.dlq_topic
             sample, problem = alert_sample(lambda: self.kafka_config, dlq)

@@ -55,6 +55,9 @@ HAS_SHARED_STREAMS = SharedStreamProducer.__module__ == "airflow.triggers.shared
 class CursorStream(SharedStreamProducer):
     """Poll every ``poll_interval`` seconds from the saved position; save a position once Airflow stored its event.
 
+    A stream whose :meth:`observe` waits on the topic itself (``waits_in_observe``) is looked
+    at again as soon as a look returns: the wait is the broker's, which answers when a record comes.
+
     A subclass says where the cursor lives (:meth:`cursor`), where a watch with no saved
     position starts (:meth:`first_position`), and what one look shows (:meth:`observe`:
     the events since ``self.position`` and the position after each).
@@ -76,6 +79,9 @@ class CursorStream(SharedStreamProducer):
         #: Looks that read the topic, and tries that failed: evidence that a quiet watch did look.
         self.looks = 0
         self.failures = 0
+        #: Whether :meth:`observe` itself waits on the topic up to ``poll_interval`` for news (then the loop does
+        #: not sleep between looks: a record is seen when the broker has it, not at the next look).
+        self.waits_in_observe = False
 
     def cursor(self) -> WatchCursor:
         raise NotImplementedError
@@ -115,7 +121,8 @@ class CursorStream(SharedStreamProducer):
                 self.position = position
                 yield event, position
             self.looks += 1
-            await asyncio.sleep(self.poll_interval)
+            if not self.waits_in_observe:
+                await asyncio.sleep(self.poll_interval)
 
     async def _until_it_works(self, what: str, call: Callable[[], T]) -> T:
         wait = self.poll_interval
@@ -204,6 +211,9 @@ class WatchTrigger(KwargsTrigger, BaseEventTrigger):
         _, kwargs = self.serialize()
         stream = self.stream({name: kwargs[name] for name in self.stream_fields})
         stream.standalone = True
+        # Here the position is saved after the wait between looks, which gives the triggerer time to store
+        # the look's events first: a look that waits on the topic would shorten that wait, so it sleeps.
+        stream.waits_in_observe = False
         try:
             # Read in the event loop: Airflow 3.1's trigger runner breaks on a lookup from a worker thread.
             wait = stream.poll_interval
@@ -228,7 +238,8 @@ class WatchTrigger(KwargsTrigger, BaseEventTrigger):
                     if self.fires_on(event):
                         yield TriggerEvent(mask_secrets(event, by_key=False))
                 stream.looks += 1
-                await asyncio.sleep(stream.poll_interval)
+                if not stream.waits_in_observe:
+                    await asyncio.sleep(stream.poll_interval)
                 await stream._until_it_works("save the watch's position", stream.save_position)
         finally:
             await stream.aclose()
