@@ -241,9 +241,9 @@ def test_a_restarted_registry_reads_its_schemas_back_from_the_topic(kafka_bootst
 
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique_topic})
     consumer.assign([TopicPartition(store, 0, 0)])
-    keys = []
+    keys: list[dict[str, Any]] = []
     while len(keys) < 5 and (message := consumer.poll(10)) is not None:
-        keys.append(json.loads(message.key()))
+        keys.append(json.loads(message.key() or b"null"))
     consumer.close()
     assert keys[0] == {"keytype": "SCHEMA", "subject": subject, "version": 1, "magic": 1}
     assert {"keytype": "CONFIG", "subject": subject, "magic": 0} in keys
