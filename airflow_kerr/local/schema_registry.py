@@ -62,6 +62,10 @@ from airflow_kerr.local.process import Launcher, tail
 
 #: Confluent's default name for the registry's store topic (``kafkastore.topic``).
 DEFAULT_TOPIC = "_schemas"
+#: The store topic on a cluster named by ``KAFKA_BOOTSTRAP_SERVERS``: never a real registry's ``_schemas``.
+EXTERNAL_CLUSTER_TOPIC = "_kerr_dev_schemas"
+#: An existing registry to use instead of starting this one (``http://host:8081``).
+REGISTRY_URL_ENV = "SCHEMA_REGISTRY_URL"
 SCHEMA_TYPES = ("AVRO", "PROTOBUF", "JSON")
 COMPATIBILITY_LEVELS = (
     "NONE",
@@ -976,6 +980,25 @@ class LocalSchemaRegistry(Launcher):
 
     def _timed_out(self, problem: str) -> Exception:
         return SchemaRegistryUnavailable(f"the schema registry at {self.url} did not answer in time ({problem})")
+
+
+def start_registry(
+    bootstrap_servers: str, *, external_cluster: bool, log_path: Path | None = None
+) -> tuple[str, LocalSchemaRegistry | None]:
+    """The registry ``make demo`` and ``make ui`` use: ``SCHEMA_REGISTRY_URL``, else a stand-in started now.
+
+    Returns its URL and the stand-in to stop (None for an external registry). On a
+    cluster named by ``KAFKA_BOOTSTRAP_SERVERS`` the stand-in keeps its schemas in
+    ``_kerr_dev_schemas``, so it never writes into a real registry's ``_schemas``.
+    """
+    import os
+
+    external = os.environ.get(REGISTRY_URL_ENV, "").strip()
+    if external:
+        return external, None
+    topic = EXTERNAL_CLUSTER_TOPIC if external_cluster else DEFAULT_TOPIC
+    registry = LocalSchemaRegistry(bootstrap_servers, log_path=log_path, topic=topic).start()
+    return registry.url, registry
 
 
 if __name__ == "__main__":
