@@ -24,9 +24,11 @@ check-java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required by Spark and was not found on PATH. Install it (Debian/Ubuntu: apt-get install openjdk-17-jre-headless) and run make again." >&2; exit 1; }
 	@java -version 2>&1 | head -1
 
-# Kafka Connect 3.9.0's jars (through pip) with Debian's Jetty (apt-get when root), cached under .kerr/.
+# Kafka Connect 4.3.0 (the default) and 3.9.0 (KERR_CONNECT_VERSION=3.9.0), each cached in its own folder
+# under .kerr/connect-runtime/: 4.3's jars and Jetty 12 through pip, 3.9's through pip with Debian's Jetty 9
+# (apt-get when root). Both, because make test runs tests/connect/ on each.
 connect-runtime: install check-java
-	$(PY) -m airflow_kerr.local.connect_runtime
+	$(PY) -m airflow_kerr.local.connect_runtime all
 
 check-chromium:
 	@test -x $(CHROMIUM) || { \
