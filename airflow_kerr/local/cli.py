@@ -28,7 +28,7 @@ from airflow_kerr.local.broker import (
     connection_variables,
     wait_for_metadata,
 )
-from airflow_kerr.local.connect_runtime import KAFKA_VERSION, ConnectRuntimeUnavailable
+from airflow_kerr.local.connect_runtime import ConnectRuntimeUnavailable
 from airflow_kerr.local.connect_worker import ConnectWorker
 from airflow_kerr.local.process import stop_tree
 from airflow_kerr.local.schema_registry import REGISTRY_URL_ENV, LocalSchemaRegistry, SchemaRegistryUnavailable
@@ -147,7 +147,7 @@ def _connect_up(state: dict[str, Any], directory: Path) -> Any:
         worker = ConnectWorker(state["broker"]["bootstrap_servers"], directory / "connect", detach=True).start()
         state["connect"] = worker.describe()
         write_state(state)
-        print(f"Kafka Connect {KAFKA_VERSION} started at {worker.url} (pid {worker.pid}, log {worker.log_path})")
+        print(f"Kafka Connect {worker.version} started at {worker.url} (pid {worker.pid}, log {worker.log_path})")
     return urlsplit(state["connect"]["url"])
 
 
