@@ -25,7 +25,10 @@ Ids are global: one schema (same type, text and references) has one id under eve
 subject, as in Confluent's registry. Schemas are checked on register: Avro by this module's
 parser (names, types, fields, defaults' presence, enum symbols, fixed sizes, references),
 JSON Schema by ``jsonschema``'s meta-schema check, Protobuf by a syntax check (balanced
-braces, declarations, every import named by a reference), not a full compile.
+braces, declarations, every import named by a reference), not a full compile. A Protobuf
+schema sent as a base64 ``FileDescriptorProto`` (confluent-kafka's serializer does) is
+decoded and kept as sent; every schema is served as it was registered, so
+``format=serialized`` returns base64 only for a schema registered that way.
 Compatibility levels are stored and reported; BACKWARD, FORWARD, FULL and their
 ``_TRANSITIVE`` forms are enforced for Avro (Avro's schema-resolution rules); for JSON
 Schema and Protobuf they are stored only, as with NONE.
@@ -335,8 +338,41 @@ _PROTO_IMPORT = re.compile(r'^\s*import\s+(?:public\s+|weak\s+)?"([^"]+)"\s*;', 
 _PROTO_WELL_KNOWN = ("google/protobuf/", "confluent/")
 
 
+def serialized_descriptor(text: str) -> Any | None:
+    """The ``FileDescriptorProto`` that ``text`` holds base64-encoded, or None when it is not one.
+
+    confluent-kafka's ``ProtobufSerializer`` registers its schema that way
+    (``confluent_kafka/schema_registry/common/protobuf.py``, ``_schema_to_str``).
+    """
+    import base64
+    import binascii
+
+    if not text or any(char.isspace() or char in "{};" for char in text.strip()):
+        return None
+    try:
+        from google.protobuf import descriptor_pb2  # type: ignore[import-untyped]
+        from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    try:
+        descriptor = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(text.strip(), validate=True))
+    except (binascii.Error, DecodeError, ValueError):
+        return None
+    if not descriptor.name or not (descriptor.message_type or descriptor.enum_type or descriptor.service):
+        return None
+    return descriptor
+
+
 def check_protobuf(text: str, reference_names: set[str]) -> None:
-    """Reject text that is no ``.proto`` file: a syntax check, not a compile (see the module docstring)."""
+    """Reject text that is no ``.proto`` file: a syntax check, not a compile (see the module docstring).
+
+    A base64 ``FileDescriptorProto`` (what confluent-kafka's serializer sends) is accepted when
+    it decodes to a file with declarations whose imports are among the references.
+    """
+    descriptor = serialized_descriptor(text)
+    if descriptor is not None:
+        _check_imports(list(descriptor.dependency), reference_names)
+        return
     stripped = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
     stripped = re.sub(r'"(?:\\.|[^"\\])*"', '""', stripped)
     if not re.search(r"^\s*(message|enum|service)\s+[A-Za-z_]\w*\s*\{", stripped, re.M):
@@ -354,7 +390,12 @@ def check_protobuf(text: str, reference_names: set[str]) -> None:
     for statement in filter(str.strip, top_level.split(";")):
         if not _PROTO_DECLARATION.match(statement) and not re.match(r"^\s*(message|enum|service)\b", statement):
             raise ValueError(f"a Protobuf schema has an unknown top-level statement {statement.strip()[:60]!r}")
-    for imported in _PROTO_IMPORT.findall(text):
+    _check_imports(_PROTO_IMPORT.findall(text), reference_names)
+
+
+def _check_imports(imports: list[str], reference_names: set[str]) -> None:
+    """Every import is a reference's name, or one of the well-known types clients carry themselves."""
+    for imported in imports:
         if imported not in reference_names and not imported.startswith(_PROTO_WELL_KNOWN):
             raise ValueError(f"import {imported!r} is not among the schema's references {sorted(reference_names)}")
 

@@ -247,3 +247,36 @@ def test_a_restarted_registry_reads_its_schemas_back_from_the_topic(kafka_bootst
     consumer.close()
     assert keys[0] == {"keytype": "SCHEMA", "subject": subject, "version": 1, "magic": 1}
     assert {"keytype": "CONFIG", "subject": subject, "magic": 0} in keys
+
+
+def test_confluent_kafkas_serializers_round_trip_through_the_registry(
+    schema_registry: LocalSchemaRegistry, unique_topic: str, registry: httpx.Client
+) -> None:
+    """AvroSerializer and ProtobufSerializer auto-register; their deserializers fetch the schema back by id.
+
+    The Protobuf serializer registers a base64 ``FileDescriptorProto`` and its deserializer asks
+    for ``format=serialized``: the stand-in stores and serves that form as it was registered.
+    """
+    sr = confluent_registry_module()
+    from confluent_kafka.schema_registry import avro, protobuf
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tests.integration.test_schema_registry_converters import protobuf_order_class
+
+    client = sr.SchemaRegistryClient({"url": schema_registry.url})
+    context = SerializationContext(unique_topic, MessageField.VALUE)
+    avro_serializer = avro.AvroSerializer(client, json.dumps(ORDER_V2))
+    framed = avro_serializer({"id": 7, "qty": 3}, context)
+    assert framed[0] == 0
+    assert avro.AvroDeserializer(client)(framed, context) == {"id": 7, "qty": 3}
+    avro_id = int.from_bytes(framed[1:5], "big")
+    assert registry.get(f"/subjects/{unique_topic}-value/versions/latest").json()["id"] == avro_id
+
+    order = protobuf_order_class()
+    proto_context = SerializationContext(f"{unique_topic}-pb", MessageField.VALUE)
+    proto_serializer = protobuf.ProtobufSerializer(order, client, {"use.deprecated.format": False})
+    framed = proto_serializer(order(id=9, item="fig"), proto_context)
+    decoded = protobuf.ProtobufDeserializer(order, {"use.deprecated.format": False})(framed, proto_context)
+    assert (decoded.id, decoded.item) == (9, "fig")
+    stored = registry.get(f"/subjects/{unique_topic}-pb-value/versions/latest").json()
+    assert stored["schemaType"] == "PROTOBUF" and stored["id"] == int.from_bytes(framed[1:5], "big")
