@@ -2,10 +2,12 @@
 
 A FileStreamSink runs with ``io.confluent.connect.avro.AvroConverter`` (then
 ``io.confluent.connect.protobuf.ProtobufConverter``, 7.0.16, from the worker's plugin path)
-pointed at the stand-in. The records are framed as Confluent's serializers frame them
-(``AbstractKafkaSchemaSerDe``: magic byte 0, the 4-byte big-endian schema id, then for
-Protobuf the message indexes, then the body), with the schema registered over the
-stand-in's REST API. The converter fetches the schema by id and looks its version up
+pointed at the stand-in. The Avro records are written by confluent-kafka's
+``AvroSerializer``, which registers the schema through the stand-in: two independent clients
+meet in it. The Protobuf records are framed as Confluent's serializers frame them
+(``AbstractKafkaSchemaSerDe``: magic byte 0, the 4-byte big-endian schema id, the message
+indexes, the body) with a text schema registered over REST, the form Java clients send.
+The converter fetches the schema by id and looks its version up
 (``GET /schemas/ids/{id}?fetchMaxId=false&subject=...``, ``POST /subjects/{s}?deleted=true``):
 the sink's file then holds the decoded values, which only those answers make possible.
 """
@@ -34,23 +36,6 @@ ORDERS = [(1, "apple"), (2, "pear"), (3, "plum")]
 EXPECTED_LINES = [f"Struct{{id={order_id},item={item}}}" for order_id, item in ORDERS]
 
 
-def zigzag(value: int) -> bytes:
-    """Avro's variable-length zig-zag encoding of an int or long."""
-    number = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while number > 0x7F:
-        out.append((number & 0x7F) | 0x80)
-        number >>= 7
-    out.append(number)
-    return bytes(out)
-
-
-def avro_order(order_id: int, item: str) -> bytes:
-    """The Avro binary body of ``{"id": long, "item": string}``."""
-    encoded = item.encode()
-    return zigzag(order_id) + zigzag(len(encoded)) + encoded
-
-
 def protobuf_order_class() -> Any:
     """A message class for ``shop.Order {int64 id = 1; string item = 2;}``, built with protobuf's runtime."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
@@ -62,6 +47,20 @@ def protobuf_order_class() -> Any:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+
+
+def avro_serialized(registry_url: str, topic: str) -> list[bytes]:
+    """The orders as confluent-kafka's AvroSerializer writes them, registering the schema through the stand-in."""
+    try:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+    except ImportError as exc:
+        pytest.fail(f"confluent-kafka's Avro serializer cannot be imported ({exc}): install confluent-kafka[avro]")
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(AVRO_SCHEMA))
+    context = SerializationContext(topic, MessageField.VALUE)
+    return [serializer({"id": order_id, "item": item}, context) for order_id, item in ORDERS]
 
 
 def framed(schema_id: int, body: bytes, message_indexes: bytes = b"") -> bytes:
@@ -113,14 +112,13 @@ def test_confluents_converter_reads_records_through_the_development_registry(
     subject = f"{topic}-value"
     if kind == "avro":
         converter = "io.confluent.connect.avro.AvroConverter"
-        body: dict[str, Any] = {"schema": json.dumps(AVRO_SCHEMA)}
+        values = avro_serialized(schema_registry.url, topic)
+        schema_id = int.from_bytes(values[0][1:5], "big")
     else:
         converter = "io.confluent.connect.protobuf.ProtobufConverter"
         body = {"schemaType": "PROTOBUF", "schema": PROTO_SCHEMA}
-    schema_id = httpx.post(f"{schema_registry.url}/subjects/{subject}/versions", json=body, timeout=30).json()["id"]
-    if kind == "avro":
-        values = [framed(schema_id, avro_order(order_id, item)) for order_id, item in ORDERS]
-    else:
+        answer = httpx.post(f"{schema_registry.url}/subjects/{subject}/versions", json=body, timeout=30)
+        schema_id = answer.json()["id"]
         order = protobuf_order_class()
         values = [framed(schema_id, order(id=i, item=item).SerializeToString(), b"\x00") for i, item in ORDERS]
 
