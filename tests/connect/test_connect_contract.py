@@ -27,7 +27,8 @@ import pytest
 from airflow_kerr.local.connect_worker import connector_config
 
 # A stall shows up as a failure with every thread's stack, not as a slow run.
-pytestmark = pytest.mark.timeout(90)
+# func_only: the module's worker starts in the first test's setup, bounded by its own start timeout.
+pytestmark = pytest.mark.timeout(90, func_only=True)
 
 STATES = {"UNASSIGNED", "RUNNING", "PAUSED", "FAILED", "RESTARTING", "STOPPED"}
 STALE_CONFIG = (
