@@ -149,7 +149,8 @@ def connect_worker(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactor
     from airflow_kerr.local.connect_worker import ConnectWorker
 
     try:
-        worker = ConnectWorker(kafka_bootstrap, tmp_path_factory.mktemp("connect-worker")).start()
+        # 240 s: a JVM starting beside Spark and Airflow on a loaded 2-core machine was seen to need over 90 s.
+        worker = ConnectWorker(kafka_bootstrap, tmp_path_factory.mktemp("connect-worker"), start_timeout_s=240).start()
     except ConnectRuntimeUnavailable as exc:
         pytest.fail(f"real Kafka Connect could not start: {exc}")
     yield worker

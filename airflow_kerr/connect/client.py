@@ -143,7 +143,7 @@ def _ca_context(path: str) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=path)
 
 
-#: What Jetty 12 (Kafka Connect 4.0 and later) answers, in HTML, to a path holding an encoded '/' (``%2F``).
+#: Why Jetty 12 (Kafka Connect 4.0 and later) answers 400 to a path holding an encoded '/' (``%2F``).
 AMBIGUOUS_SEPARATOR = "Ambiguous URI path separator"
 
 
@@ -187,7 +187,8 @@ def raise_for_status(response: httpx.Response) -> None:
     except ValueError:
         message = response.text.strip()[:500]
     request = response.request
-    if response.status_code == 400 and AMBIGUOUS_SEPARATOR in response.text and "%2F" in request.url.raw_path.decode():
+    # Jetty 12 answers such a request itself: HTML naming the reason to a GET, an empty body to a PUT or DELETE.
+    if response.status_code == 400 and error_code is None and "%2F" in request.url.raw_path.decode().upper():
         message = (
             f"HTTP 400 {AMBIGUOUS_SEPARATOR}: this Kafka Connect (4.0 or later, Jetty 12) refuses a '/' "
             "(sent as %2F) in a connector name in the URL path, so the connector cannot be addressed "

@@ -27,7 +27,8 @@ import pytest
 from airflow_kerr.local.connect_worker import connector_config
 
 # A stall shows up as a failure with every thread's stack, not as a slow run.
-pytestmark = pytest.mark.timeout(90)
+# func_only: the module's worker starts in the first test's setup, bounded by its own start timeout.
+pytestmark = pytest.mark.timeout(90, func_only=True)
 
 STATES = {"UNASSIGNED", "RUNNING", "PAUSED", "FAILED", "RESTARTING", "STOPPED"}
 STALE_CONFIG = (
@@ -55,13 +56,14 @@ def assert_error(response: httpx.Response, status: int, message: str | re.Patter
         assert body["message"] == message
 
 
-def assert_status_body(body: dict[str, Any], name: str) -> None:
+def assert_status_body(body: dict[str, Any], name: str, ordered: bool = True) -> None:
+    """A status body; ``ordered=False`` for a restart plan, whose tasks Connect 4.x lists in no fixed order."""
     assert body["name"] == name
     assert body["type"] in {"source", "sink", "unknown"}
     assert body["connector"]["state"] in STATES
     assert isinstance(body["connector"]["worker_id"], str)
     ids = [task["id"] for task in body["tasks"]]
-    assert ids == sorted(ids), "tasks are sorted by id"
+    assert ids == sorted(ids) if ordered else sorted(ids) == list(range(len(ids))), f"task ids {ids}"
     for instance in [body["connector"], *body["tasks"]]:
         assert instance["state"] in STATES
         if "trace" in instance:
@@ -77,7 +79,8 @@ def status(http: httpx.Client, name: str) -> dict[str, Any]:
 
 
 def states(body: dict[str, Any]) -> tuple[str, list[str]]:
-    return body["connector"]["state"], [task["state"] for task in body["tasks"]]
+    """(connector state, task states by task id): a 4.x restart plan lists its tasks in no fixed order."""
+    return body["connector"]["state"], [task["state"] for task in sorted(body["tasks"], key=lambda t: t["id"])]
 
 
 def test_root_is_liveness(http: httpx.Client) -> None:
@@ -225,6 +228,7 @@ def test_restart_without_flags_restarts_the_connector_instance_synchronously(
 
 def test_restart_include_tasks_answers_202_with_restarting_instances(
     http: httpx.Client,
+    connect: Any,
     sink: Callable[..., tuple[str, str]],
     wait_until: Callable[..., Any],
 ) -> None:
@@ -232,7 +236,7 @@ def test_restart_include_tasks_answers_202_with_restarting_instances(
     response = http.post(f"/connectors/{name}/restart", params={"includeTasks": "true"})
     assert response.status_code == 202
     body = response.json()
-    assert_status_body(body, name)
+    assert_status_body(body, name, ordered=connect.worker.version.startswith("3."))
     assert states(body) == ("RESTARTING", ["RESTARTING", "RESTARTING"])
     wait_until(lambda: states(status(http, name)) == ("RUNNING", ["RUNNING", "RUNNING"]))
 
@@ -401,8 +405,11 @@ def test_names_are_percent_decoded(
     _, topic = sink()
     config = connector_config(topic, "odd.txt")
     if not connect.worker.version.startswith("3."):
+        # Jetty's own answer: HTML naming the "Ambiguous URI path separator" to a GET, an empty body to a PUT.
         refused = http.put("/connectors/odd%20name%2Fv1/config", json=config)
-        assert refused.status_code == 400 and "Ambiguous URI path separator" in refused.text, refused.text
+        assert refused.status_code == 400 and refused.text == "", refused.text
+        ambiguous = http.get("/connectors/odd%20name%2Fv1/status")
+        assert ambiguous.status_code == 400 and "Ambiguous URI path separator" in ambiguous.text, ambiguous.text
         assert "odd name/v1" not in http.get("/connectors").json()
         return
     connect.created.append("odd name/v1")

@@ -22,7 +22,8 @@ from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.local.connect_worker import connector_config
 
 # A stall shows up as a failure with every thread's stack, not as a slow run.
-pytestmark = pytest.mark.timeout(90)
+# func_only: the module's worker starts in the first test's setup, bounded by its own start timeout.
+pytestmark = pytest.mark.timeout(90, func_only=True)
 
 
 def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: Any) -> str:

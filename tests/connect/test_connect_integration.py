@@ -17,7 +17,8 @@ from confluent_kafka.admin import AdminClient
 from airflow_kerr.operators.connector_control import PauseConnectorOperator, ResumeConnectorOperator
 
 # A stall shows up as a failure with every thread's stack, not as a slow run.
-pytestmark = pytest.mark.timeout(90)
+# func_only: the module's worker starts in the first test's setup, bounded by its own start timeout.
+pytestmark = pytest.mark.timeout(90, func_only=True)
 
 
 def committed_offset(admin: AdminClient, group: str, topic: str) -> int:
