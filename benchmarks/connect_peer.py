@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,42 @@ def tree_cpu_s(pid: int) -> float:
     """CPU seconds of ``pid`` and every process below it, exited children its tree reaped included."""
     meter = CpuMeter({"side": pid})
     return meter.tree_ticks()[pid] / meter.hz
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds by ``process/thread`` name (digits as ``#``) over ``pid``'s tree: where a side's CPU goes.
+
+    Threads and processes that ended are missing: ``profile`` in the results puts them under ``(ended)``.
+    """
+    from airflow_kerr.local.process import process_tree
+
+    hz = os.sysconf("SC_CLK_TCK")
+    found: dict[str, float] = {}
+    for member, _ in process_tree(pid):
+        try:
+            process = Path(f"/proc/{member}/stat").read_text().split("(", 1)[1].rsplit(")", 1)[0]
+            tasks = list(Path(f"/proc/{member}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                head, tail = (task / "stat").read_text().rsplit(")", 1)
+            except OSError:
+                continue
+            fields = tail.split()
+            name = re.sub(r"\d+", "#", f"{process}/{head.split('(', 1)[1]}")
+            found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / hz
+    return found
+
+
+def cpu_profile(before: dict[str, float], after: dict[str, float], total: float, top: int = 8) -> dict[str, float]:
+    """The ``top`` threads by CPU seconds between two :func:`thread_cpu_s` readings, the rest summed."""
+    used = {name: after[name] - before.get(name, 0.0) for name in after}
+    ranked = sorted(((value, name) for name, value in used.items() if value > 0), reverse=True)
+    profile = {name: round(value, 2) for value, name in ranked[:top]}
+    profile["(other threads)"] = round(sum(value for value, _ in ranked[top:]), 2)
+    profile["(ended)"] = round(max(0.0, total - sum(value for value, _ in ranked)), 2)
+    return profile
 
 
 def own_cpu_s() -> float:
@@ -128,6 +165,7 @@ class ConnectSide:
         }
         watcher = GroupWatcher(self.config, f"connect-{name}", topic)
         try:
+            threads_before = thread_cpu_s(self.pid)
             cpu_before, wall_started = tree_cpu_s(self.pid), time.time()
             started = time.perf_counter()
             self.worker.rest("POST", "/connectors", {"name": name, "config": config})
@@ -138,13 +176,21 @@ class ConnectSide:
                 time.sleep(POLL_S)
             seconds = time.perf_counter() - started
             cpu = tree_cpu_s(self.pid) - cpu_before
+            profile = cpu_profile(threads_before, thread_cpu_s(self.pid), cpu)
         finally:
             watcher.close()
         self.worker.rest("DELETE", f"/connectors/{name}")
         lines = count_lines(out)
         last_out = out.stat().st_mtime - wall_started
         out.unlink()
-        return {"seconds": seconds, "last_out_s": last_out, "first_out_s": first_out, "cpu_s": cpu, "out": lines}
+        return {
+            "seconds": seconds,
+            "last_out_s": last_out,
+            "first_out_s": first_out,
+            "cpu_s": cpu,
+            "out": lines,
+            "profile": profile,
+        }
 
 
 class GroupWatcher:
@@ -248,6 +294,7 @@ class KerrSide:
             "metrics_topic": "peer.metrics",
             "errors": {"errors.deadletterqueue.topic.name": dead_letter_topic(topic, tag), **ERRORS},
         }
+        threads_before = thread_cpu_s(self.pid)
         cpu_before, wall_started = tree_cpu_s(self.pid), time.time()
         started = time.perf_counter()
         self.process.stdin.write(json.dumps({"spec": spec, "run_id": tag}) + "\n")
@@ -255,13 +302,21 @@ class KerrSide:
         answer = self._answer()
         seconds = time.perf_counter() - started
         cpu = tree_cpu_s(self.pid) - cpu_before
+        profile = cpu_profile(threads_before, thread_cpu_s(self.pid), cpu)
         files = list(out.glob("*.jsonl"))
         lines = sum(count_lines(path) for path in files)
         last_out = max(path.stat().st_mtime for path in files) - wall_started if files else seconds
         shutil.rmtree(out, ignore_errors=True)
         if answer["summary"]["records_out"] != lines:
             raise RuntimeError(f"the job says it wrote {answer['summary']['records_out']}, its files hold {lines}")
-        return {"seconds": seconds, "last_out_s": last_out, "first_out_s": None, "cpu_s": cpu, "out": lines}
+        return {
+            "seconds": seconds,
+            "last_out_s": last_out,
+            "first_out_s": None,
+            "cpu_s": cpu,
+            "out": lines,
+            "profile": profile,
+        }
 
 
 def serve_spark() -> int:
@@ -413,6 +468,8 @@ def measure_side(
                 result["dead_letters"] = dead_lettered(config, dlq)
                 drop_topics(config, [dlq])
             row[kind] = result
+            if "profile" in result:
+                print(f"    {side.name:<7} {kind} CPU by thread: {json.dumps(result['profile'])}", flush=True)
             print(
                 f"    {side.name:<7} {kind}: {result['seconds']:.2f} s (last out {result['last_out_s']:.2f} s), "
                 f"{result['cpu_s']:.2f} cpu-s ({result['idle_subtracted_cpu_s']:.2f} idle subtracted), "
@@ -663,7 +720,7 @@ def main() -> int:
     from spark_job import drop_topics, produce, wait_broker_idle
 
     from airflow_kerr.local.broker import LocalBroker, resolve_bootstrap_servers
-    from airflow_kerr.local.connect_runtime import KAFKA_VERSION
+    from airflow_kerr.local.connect_runtime import connect_version
 
     broker = None if resolve_bootstrap_servers() else LocalBroker().start()
     config = {"bootstrap.servers": resolve_bootstrap_servers() or broker.bootstrap_servers}  # type: ignore[union-attr]
@@ -710,7 +767,7 @@ def main() -> int:
     meta = {
         "broker": f"embedded {broker.kind}" if broker is not None else "external",
         "fetch_shim": bool(broker is not None and broker.shimmed),
-        "connect_version": KAFKA_VERSION,
+        "connect_version": connect_version().kafka,
         "records": args.records,
         "rounds": args.rounds,
     }
