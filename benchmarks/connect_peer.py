@@ -69,15 +69,16 @@ def tree_cpu_s(pid: int) -> float:
     return meter.tree_ticks()[pid] / meter.hz
 
 
-def thread_cpu_s(pid: int) -> dict[str, float]:
-    """CPU seconds by ``process/thread`` name (digits as ``#``) over ``pid``'s tree: where a side's CPU goes.
+def thread_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
+    """Each thread of ``pid``'s tree: its ``process/thread`` name (digits as ``#``) and CPU seconds, by thread id.
 
-    Threads and processes that ended are missing: ``profile`` in the results puts them under ``(ended)``.
+    By id, not by name: Connect's worker pool renames a thread for each task it runs. Threads and
+    processes that ended are missing: :func:`cpu_profile` puts them under ``(ended)``.
     """
     from airflow_kerr.local.process import process_tree
 
     hz = os.sysconf("SC_CLK_TCK")
-    found: dict[str, float] = {}
+    found: dict[int, tuple[str, float]] = {}
     for member, _ in process_tree(pid):
         try:
             process = Path(f"/proc/{member}/stat").read_text().split("(", 1)[1].rsplit(")", 1)[0]
@@ -91,13 +92,17 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
                 continue
             fields = tail.split()
             name = re.sub(r"\d+", "#", f"{process}/{head.split('(', 1)[1]}")
-            found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / hz
+            found[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / hz)
     return found
 
 
-def cpu_profile(before: dict[str, float], after: dict[str, float], total: float, top: int = 8) -> dict[str, float]:
-    """The ``top`` threads by CPU seconds between two :func:`thread_cpu_s` readings, the rest summed."""
-    used = {name: after[name] - before.get(name, 0.0) for name in after}
+def cpu_profile(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], total: float, top: int = 8
+) -> dict[str, float]:
+    """CPU seconds by thread name between two :func:`thread_cpu_s` readings: the ``top`` names, the rest summed."""
+    used: dict[str, float] = {}
+    for tid, (name, cpu) in after.items():
+        used[name] = used.get(name, 0.0) + cpu - (before[tid][1] if tid in before else 0.0)
     ranked = sorted(((value, name) for name, value in used.items() if value > 0), reverse=True)
     profile = {name: round(value, 2) for value, name in ranked[:top]}
     profile["(other threads)"] = round(sum(value for value, _ in ranked[top:]), 2)
@@ -180,7 +185,7 @@ class ConnectSide:
         finally:
             watcher.close()
         self.worker.rest("DELETE", f"/connectors/{name}")
-        lines = count_lines(out)
+        lines, size = count_lines(out), out.stat().st_size
         last_out = out.stat().st_mtime - wall_started
         out.unlink()
         return {
@@ -189,6 +194,7 @@ class ConnectSide:
             "first_out_s": first_out,
             "cpu_s": cpu,
             "out": lines,
+            "out_bytes": size,
             "profile": profile,
         }
 
@@ -304,7 +310,7 @@ class KerrSide:
         cpu = tree_cpu_s(self.pid) - cpu_before
         profile = cpu_profile(threads_before, thread_cpu_s(self.pid), cpu)
         files = list(out.glob("*.jsonl"))
-        lines = sum(count_lines(path) for path in files)
+        lines, size = sum(count_lines(path) for path in files), sum(path.stat().st_size for path in files)
         last_out = max(path.stat().st_mtime for path in files) - wall_started if files else seconds
         shutil.rmtree(out, ignore_errors=True)
         if answer["summary"]["records_out"] != lines:
@@ -315,6 +321,7 @@ class KerrSide:
             "first_out_s": None,
             "cpu_s": cpu,
             "out": lines,
+            "out_bytes": size,
             "profile": profile,
         }
 
@@ -381,9 +388,16 @@ class CopySide:
                 for batch in read_range(self.config, offsets):
                     file.write(b"".join(message.value() + b"\n" for message in batch))
         seconds, cpu = time.perf_counter() - started, own_cpu_s() - cpu_before
-        lines = count_lines(out)
+        lines, size = count_lines(out), out.stat().st_size
         out.unlink()
-        return {"seconds": seconds, "last_out_s": seconds, "first_out_s": None, "cpu_s": cpu, "out": lines}
+        return {
+            "seconds": seconds,
+            "last_out_s": seconds,
+            "first_out_s": None,
+            "cpu_s": cpu,
+            "out": lines,
+            "out_bytes": size,
+        }
 
 
 # --- dead letters -----------------------------------------------------------------------------------------------
@@ -538,6 +552,9 @@ def summarize(bad: float, records: int, rows: list[dict[str, Any]], expected_bad
             key: spread([row["start_up"][key] for row in side_rows]) for key in ("seconds", "cpu_s")
         }
         sides[side]["idle_cores"] = spread([row["idle_cores"] for row in side_rows])
+        sides[side]["out_bytes_per_record"] = spread(
+            [row["warm"].get("out_bytes", 0) / max(1, row["warm"]["out"]) for row in side_rows]
+        )
     ratios: dict[str, Any] = {}
     pairs = list(zip(by_side["kerr"], by_side["connect"], strict=False))
     if pairs:
