@@ -200,6 +200,9 @@ class ConnectSide:
                     first_out = time.perf_counter() - started
                 time.sleep(POLL_S)
             seconds = time.perf_counter() - started
+            lines = count_lines(out)
+            dlq_at_lag_zero, dlq_done = watcher.wait_stable(dead_letter_topic(topic, tag), records - lines)
+            dlq_done_s = dlq_done - started
             cpu = tree_cpu_s(self.pid) - cpu_before
             threads_after = thread_cpu_s(self.pid)
             profile = cpu_profile(threads_before, threads_after, cpu)
@@ -207,8 +210,9 @@ class ConnectSide:
         finally:
             watcher.close()
         self.worker.rest("DELETE", f"/connectors/{name}")
-        lines, size = count_lines(out), out.stat().st_size
-        last_out = out.stat().st_mtime - wall_started
+        size = out.stat().st_size
+        # The last record out: the file's last write, or the DLQ's last record if that came later.
+        last_out = max(out.stat().st_mtime - wall_started, dlq_done_s if dlq_at_lag_zero < records - lines else 0.0)
         out.unlink()
         return {
             "seconds": seconds,
@@ -219,6 +223,8 @@ class ConnectSide:
             "out_bytes": size,
             "profile": profile,
             "housekeeping_cpu_s": housekeeping,
+            "dead_letters_at_lag_zero": dlq_at_lag_zero,
+            "dead_letters_done_s": dlq_done_s,
         }
 
 
@@ -234,6 +240,33 @@ class GroupWatcher:
 
     def committed(self) -> int:
         return sum(max(0, tp.offset) for tp in self.consumer.committed(self.partitions, timeout=10))
+
+    def dead_letters(self, topic: str) -> int:
+        """The DLQ topic's records so far (its end offsets summed; 0 before it exists)."""
+        from confluent_kafka import TopicPartition
+
+        metadata = self.consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return 0
+        return sum(
+            self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in metadata.partitions
+        )
+
+    def wait_stable(self, topic: str, expected: int, quiet_s: float = 3.0) -> tuple[int, float]:
+        """At lag 0, the DLQ's count; then wait until it holds ``expected`` or stops growing for ``quiet_s``.
+
+        Returns (the count at lag 0, ``perf_counter`` when the last count was first seen). Connect
+        commits a sink's offsets without waiting for its DLQ writes, so lag 0 may come first.
+        """
+        at_lag_zero = last = self.dead_letters(topic)
+        seen = changed = time.perf_counter()
+        while last < expected and time.perf_counter() - changed < quiet_s:
+            time.sleep(POLL_S)
+            now = self.dead_letters(topic)
+            if now != last:
+                last, seen = now, time.perf_counter()
+                changed = seen
+        return at_lag_zero, seen
 
     def close(self) -> None:
         self.consumer.close()
