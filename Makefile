@@ -24,9 +24,11 @@ check-java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required by Spark and was not found on PATH. Install it (Debian/Ubuntu: apt-get install openjdk-17-jre-headless) and run make again." >&2; exit 1; }
 	@java -version 2>&1 | head -1
 
-# Kafka Connect 3.9.0's jars (through pip) with Debian's Jetty (apt-get when root), cached under .kerr/.
+# Kafka Connect 4.3.0 (the default) and 3.9.0 (KERR_CONNECT_VERSION=3.9.0), each cached in its own folder
+# under .kerr/connect-runtime/: 4.3's jars and Jetty 12 through pip, 3.9's through pip with Debian's Jetty 9
+# (apt-get when root). Both, because make test runs tests/connect/ on each.
 connect-runtime: install check-java
-	$(PY) -m airflow_kerr.local.connect_runtime
+	$(PY) -m airflow_kerr.local.connect_runtime all
 
 check-chromium:
 	@test -x $(CHROMIUM) || { \
@@ -57,14 +59,19 @@ docs: install
 # (mostly waiting on a broker, Spark, Connect or Airflow, about 0.9 of the 2 cores on average, about 13
 # minutes). The side session's log is printed at the end; either failing fails the run. With PYTEST_ARGS
 # (a part of the suite, say) it is one session after lint, as you asked for.
+# The side session then runs tests/connect/ and one guard cycle on Kafka Connect CONNECT_CI (3.9.0; the
+# rest of the suite runs on the default, 4.3.0): about 6 more minutes on its own, mostly waiting on the worker.
 SIDE_LOG := .kerr/lint-and-unit.log
+CONNECT_CI ?= 3.9.0
+CONNECT_CI_TESTS ?= tests/connect tests/integration/test_tolerance_guard.py::test_breach_pauses_alerts_and_recovery_resumes
 test: install check-java connect-runtime check-chromium
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@mkdir -p .kerr
 	@( $(MAKE) --no-print-directory lint && $(PY) -m pytest tests/unit tests/package -q -p no:cacheprovider --basetemp=.kerr/pytest-unit \
-	    && $(PY) tests/matrix/run.py --versions $(MATRIX_CI) --steps import,unit,dagbag ) \
+	    && $(PY) tests/matrix/run.py --versions $(MATRIX_CI) --steps import,unit,dagbag \
+	    && KERR_CONNECT_VERSION=$(CONNECT_CI) $(PY) -m pytest $(CONNECT_CI_TESTS) -q -p no:cacheprovider --basetemp=.kerr/pytest-connect-$(CONNECT_CI) ) \
 	    > $(SIDE_LOG) 2>&1 & side=$$!; \
-	echo "lint, tests/unit and tests/package run beside the rest (pid $$side, log $(SIDE_LOG))"; \
+	echo "lint, tests/unit, tests/package, Airflow $(MATRIX_CI) and Connect $(CONNECT_CI) run beside the rest (pid $$side, log $(SIDE_LOG))"; \
 	KERR_CHROMIUM=$(CHROMIUM) $(PY) -m pytest --ignore=tests/unit --ignore=tests/package; rest=$$?; \
 	wait $$side; lint_unit=$$?; \
 	echo "---------------- lint, tests/unit and tests/package ($(SIDE_LOG)) ----------------"; tail -n 60 $(SIDE_LOG); \

@@ -42,6 +42,40 @@ KAFKA_CONNECT_CONN_FIELDS: dict[str, Any] = {
 }
 
 
+#: How the ``schema_registry`` connection form looks; the hook's classmethods return the same data.
+SCHEMA_REGISTRY_UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden-fields": [],
+    "relabeling": {"host": "Registry URL", "schema": "Protocol (when the URL has none)", "login": "Username"},
+    "placeholders": {
+        "host": "https://registry.example.com:8081 (several: comma-separated)",
+        "port": "8081 (when the URL has none)",
+        "schema": "http or https",
+        "login": "basic-auth user (optional)",
+        "password": "basic-auth password (optional)",
+        "extra": '{"ssl.ca.location": "/etc/ssl/certs/registry-ca.pem", "timeout": 10}',
+    },
+}
+
+#: Extra fields of the ``schema_registry`` connection (confluent-kafka's ``SchemaRegistryClient`` names).
+SCHEMA_REGISTRY_CONN_FIELDS: dict[str, Any] = {
+    "ssl.ca.location": {
+        "label": "CA certificate file",
+        "description": "Path of the CA bundle that signed the registry's certificate, on every worker",
+        "schema": {"type": ["string", "null"]},
+    },
+    "ssl.certificate.location": {
+        "label": "Client certificate file",
+        "description": "Path of the client certificate for mutual TLS, on every worker",
+        "schema": {"type": ["string", "null"]},
+    },
+    "ssl.key.location": {
+        "label": "Client key file",
+        "description": "Path of the client certificate's private key, on every worker",
+        "schema": {"type": ["string", "null"]},
+    },
+}
+
+
 def get_provider_info() -> dict[str, Any]:
     """Describe the provider: package, versions and the modules Airflow should list."""
     return {
@@ -60,7 +94,11 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_kerr.hooks.kafka_connect", "airflow_kerr.hooks.kafka"],
+                "python-modules": [
+                    "airflow_kerr.hooks.kafka_connect",
+                    "airflow_kerr.hooks.kafka",
+                    "airflow_kerr.hooks.schema_registry",
+                ],
             }
         ],
         "operators": [
@@ -110,6 +148,13 @@ def get_provider_info() -> dict[str, Any]:
                 "connection-type": "kafka_connect",
                 "ui-field-behaviour": KAFKA_CONNECT_UI_FIELD_BEHAVIOUR,
                 "conn-fields": KAFKA_CONNECT_CONN_FIELDS,
-            }
+            },
+            {
+                "hook-class-name": "airflow_kerr.hooks.schema_registry.SchemaRegistryHook",
+                "hook-name": "Schema Registry",
+                "connection-type": "schema_registry",
+                "ui-field-behaviour": SCHEMA_REGISTRY_UI_FIELD_BEHAVIOUR,
+                "conn-fields": SCHEMA_REGISTRY_CONN_FIELDS,
+            },
         ],
     }

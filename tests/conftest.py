@@ -93,6 +93,18 @@ def kafka_bootstrap() -> Iterator[str]:
         yield broker.bootstrap_servers
 
 
+@pytest.fixture(scope="session")
+def schema_registry(kafka_bootstrap: str) -> Iterator[Any]:
+    """The development Schema Registry on the session broker; started only when a test asks for it.
+
+    Tests share it, so each uses subjects of its own (``unique_topic`` gives names no other test uses).
+    """
+    from airflow_kerr.local.schema_registry import LocalSchemaRegistry
+
+    with LocalSchemaRegistry(kafka_bootstrap, log_path=_AIRFLOW_HOME / "schema-registry.log") as registry:
+        yield registry
+
+
 @pytest.fixture
 def kafka_config(kafka_bootstrap: str) -> dict[str, Any]:
     """librdkafka settings for the test broker, as a `kafka` connection's extra would hold them (a fresh dict)."""

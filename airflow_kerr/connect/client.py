@@ -143,8 +143,17 @@ def _ca_context(path: str) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=path)
 
 
+#: What Jetty 12 (Kafka Connect 4.0 and later) answers, in HTML, to a path holding an encoded '/' (``%2F``).
+AMBIGUOUS_SEPARATOR = "Ambiguous URI path separator"
+
+
 def connector_path(connector: str, *rest: str | int) -> str:
-    """``/connectors/<name>/...`` with the name percent-encoded, so names with '/' or spaces survive."""
+    """``/connectors/<name>/...`` with the name percent-encoded, so names with spaces survive.
+
+    A '/' in a name is sent as ``%2F``: Kafka Connect 3.x decodes it, 4.x refuses it with 400
+    (see :data:`AMBIGUOUS_SEPARATOR`), so there such a connector can be created (``POST /connectors``)
+    but never read, changed or deleted through REST again.
+    """
     return "/connectors/" + "/".join(quote(str(part), safe="") for part in (connector, *rest))
 
 
@@ -178,6 +187,12 @@ def raise_for_status(response: httpx.Response) -> None:
     except ValueError:
         message = response.text.strip()[:500]
     request = response.request
+    if response.status_code == 400 and AMBIGUOUS_SEPARATOR in response.text and "%2F" in request.url.raw_path.decode():
+        message = (
+            f"HTTP 400 {AMBIGUOUS_SEPARATOR}: this Kafka Connect (4.0 or later, Jetty 12) refuses a '/' "
+            "(sent as %2F) in a connector name in the URL path, so the connector cannot be addressed "
+            "through REST; use a name without '/'"
+        )
     raise error_class_for(response.status_code)(
         request.method,
         str(request.url),

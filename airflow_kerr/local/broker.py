@@ -149,15 +149,26 @@ def connection_variables(
     *,
     kafka_extra: Mapping[str, Any] | None = None,
     spark_master: str = "local[2]",
+    schema_registry_url: str | None = None,
 ) -> dict[str, str]:
-    """The provider's three connections as ``AIRFLOW_CONN_*`` variables, pointing at the embedded stack.
+    """The provider's connections as ``AIRFLOW_CONN_*`` variables, pointing at the embedded stack.
 
     It lives here, beside the broker, so that the CLI can use it without importing
     httpx or Airflow. ``kafka_extra`` adds librdkafka settings to ``kafka_default``;
-    ``spark_master`` is ``local[2]`` or a standalone cluster's ``spark://host:port``.
+    ``spark_master`` is ``local[2]`` or a standalone cluster's ``spark://host:port``;
+    ``schema_registry_url`` adds ``schema_registry_default``.
     """
     host, _, port = spark_master.rpartition(":")
     spark = {"host": host, "port": int(port)} if spark_master.startswith("spark://") else {"host": spark_master}
+    registry = (
+        {
+            "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT": json.dumps(
+                {"conn_type": "schema_registry", "host": schema_registry_url}
+            )
+        }
+        if schema_registry_url
+        else {}
+    )
     return {
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
             {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap_servers, **(kafka_extra or {})}}
@@ -166,6 +177,7 @@ def connection_variables(
         "AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT": json.dumps(
             {"conn_type": "kafka_connect", "host": connect_host, "port": connect_port, "schema": "http"}
         ),
+        **registry,
     }
 
 

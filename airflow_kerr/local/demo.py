@@ -36,6 +36,7 @@ from airflow_kerr.local.broker import (
 )
 from airflow_kerr.local.connect_worker import ConnectWorker
 from airflow_kerr.local.orders_example import CONNECTOR, OUTPUT_FILE, TOPICS, add_sink_connector
+from airflow_kerr.local.schema_registry import start_registry
 from airflow_kerr.local.state import DAGS_FOLDER_ENV, dags_folder, state_dir
 
 GUARD_TIMEOUT_S = 600
@@ -62,7 +63,9 @@ def wait(description: str, condition: Callable[[], bool], timeout_s: float) -> f
     return time.time()
 
 
-def configure_airflow(home: Path, bootstrap_servers: str, connect_port: int, dags: Path) -> None:
+def configure_airflow(
+    home: Path, bootstrap_servers: str, connect_port: int, dags: Path, schema_registry_url: str | None = None
+) -> None:
     """Environment for an isolated Airflow; it must be set before Airflow is first imported.
 
     ``$KERR_DAGS_FOLDER`` is set to ``dags`` too, so the guard's process runs the same DAGs.
@@ -76,7 +79,9 @@ def configure_airflow(home: Path, bootstrap_servers: str, connect_port: int, dag
             DAGS_FOLDER_ENV: str(dags),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-            **connection_variables(bootstrap_servers, "127.0.0.1", connect_port),
+            **connection_variables(
+                bootstrap_servers, "127.0.0.1", connect_port, schema_registry_url=schema_registry_url
+            ),
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -325,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     external = resolve_bootstrap_servers()
     broker = None
     connect = None
+    registry = None
     receiver = AlertReceiver()
     try:
         if external:
@@ -336,16 +342,23 @@ def main(argv: list[str] | None = None) -> int:
             step(f"starting the embedded Kafka-protocol broker ({broker.kind})")
             bootstrap = broker.start().bootstrap_servers
             print(f"    broker at {bootstrap}")
+        step("starting the Schema Registry (the development stand-in, or SCHEMA_REGISTRY_URL)")
+        registry_url, registry = start_registry(
+            bootstrap, external_cluster=bool(external), log_path=directory / "schema-registry.log"
+        )
+        print(f"    Schema Registry at {registry_url}")
         step("starting Kafka Connect (a real worker, distributed mode) with the FileStreamSink orders-sink")
         connect = ConnectWorker(bootstrap, directory / f"connect-{int(time.time())}").start()
         print(f"    Connect REST at {connect.url}; alerts go to {receiver.url}")
         step("preparing an isolated Airflow under .kerr/demo (SQLite, examples off)")
-        configure_airflow(directory / "airflow", bootstrap, connect.port, dags)
+        configure_airflow(directory / "airflow", bootstrap, connect.port, dags, registry_url)
         return run_story(bootstrap, connect, receiver)
     finally:
         receiver.stop()
         if connect is not None:
             connect.stop()
+        if registry is not None:
+            registry.stop()
         if broker is not None:
             broker.stop()
 

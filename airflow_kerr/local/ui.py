@@ -1,9 +1,10 @@
 """``make ui``: a real local Airflow wired to the embedded stack, for clicking through the example DAGs.
 
-It starts the embedded broker (or uses ``KAFKA_BOOTSTRAP_SERVERS``), a real Kafka
-Connect worker, and ``airflow standalone`` (api-server, scheduler, triggerer,
-dag-processor on SQLite, with the LocalExecutor) whose ``kafka_default``,
-``spark_default`` and ``kafka_connect_default`` connections point at them. Those
+It starts the embedded broker (or uses ``KAFKA_BOOTSTRAP_SERVERS``), the development
+Schema Registry (or uses ``SCHEMA_REGISTRY_URL``), a real Kafka Connect worker, and
+``airflow standalone`` (api-server, scheduler, triggerer, dag-processor on SQLite, with
+the LocalExecutor) whose ``kafka_default``, ``spark_default``, ``kafka_connect_default``
+and ``schema_registry_default`` connections point at them. Those
 connections are rows of Airflow's metadata DB, not ``AIRFLOW_CONN_*`` variables, so the
 Connections page shows them and an edit made there takes effect. Everything it writes
 lives under ``.kerr/ui``.
@@ -58,6 +59,7 @@ from airflow_kerr.local.process import parent_death_signal
 from airflow_kerr.local.process import pid_alive as pid_alive
 from airflow_kerr.local.process import process_tree as process_tree
 from airflow_kerr.local.sample_dlq import SAMPLE_DLQ_TOPIC, seed_dead_letters
+from airflow_kerr.local.schema_registry import start_registry
 from airflow_kerr.local.state import dags_folder, state_dir
 from airflow_kerr.local.ui_client import LocalUI
 
@@ -165,6 +167,9 @@ def start_local_ui(  # noqa: PLR0913 - the local UI's start-up knobs; the CLI, t
             ensure_topics(ui.bootstrap_servers, TOPICS)
             if seed_sample_dlq:
                 seed_dead_letters(ui.bootstrap_servers, SAMPLE_DLQ_TOPIC)
+        ui.schema_registry_url, ui.schema_registry = start_registry(
+            ui.bootstrap_servers, external_cluster=ui.broker is None, log_path=home / "schema-registry.log"
+        )
         ui.connect = ConnectWorker(
             ui.bootstrap_servers, home / "connect", port=connect_port or preferred_port(CONNECT_DEFAULT_PORT)
         ).start()
@@ -175,7 +180,13 @@ def start_local_ui(  # noqa: PLR0913 - the local UI's start-up knobs; the CLI, t
         # The embedded broker's clients need a larger receive limit (LOCAL_CLIENT_CONFIG) to read a large DLQ.
         extra = ui.broker.client_config if ui.broker is not None else None
         connections = connection_records(
-            connection_variables(ui.bootstrap_servers, ui.connect.host, ui.connect.port, kafka_extra=extra)
+            connection_variables(
+                ui.bootstrap_servers,
+                ui.connect.host,
+                ui.connect.port,
+                kafka_extra=extra,
+                schema_registry_url=ui.schema_registry_url,
+            )
         )
         env = airflow_environment(
             airflow_home,
@@ -239,6 +250,8 @@ def _banner(ui: LocalUI) -> str:
             "",
             f"kafka_default          {kafka}",
             f"kafka_connect_default  {ui.connect_url} (Kafka Connect)",
+            f"schema_registry_default  {ui.schema_registry_url}"
+            + (" (development stand-in)" if ui.schema_registry else " (SCHEMA_REGISTRY_URL)"),
             "spark_default          local[2]",
             "(connections in Airflow's metadata DB: Admin > Connections shows and edits them)",
             "",
@@ -262,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kerr ui: port {args.port} is already in use; choose another with --port", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)
-    print("Starting the embedded broker, Kafka Connect and airflow standalone ...", flush=True)
+    print("Starting the embedded broker, the Schema Registry, Kafka Connect and airflow standalone ...", flush=True)
     try:
         ui = start_local_ui(args.home, port=args.port or None, host=args.host, startup_timeout_s=args.timeout)
     except (LocalUIError, BrokerUnavailable, OSError) as exc:
@@ -278,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kerr ui: airflow standalone exited:\n{ui.log_tail()}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
-        print("\nStopping Airflow, Kafka Connect and the broker ...", flush=True)
+        print("\nStopping Airflow, Kafka Connect, the Schema Registry and the broker ...", flush=True)
     finally:
         # A second Ctrl-C must not cut the shutdown short and leave components behind.
         signal.signal(signal.SIGINT, signal.SIG_IGN)

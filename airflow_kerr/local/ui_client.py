@@ -16,6 +16,7 @@ from airflow_kerr.local.airflow_env import LocalUIError
 from airflow_kerr.local.broker import LocalBroker
 from airflow_kerr.local.connect_worker import ConnectWorker
 from airflow_kerr.local.process import stop_tree, tail
+from airflow_kerr.local.schema_registry import LocalSchemaRegistry
 
 
 @dataclass
@@ -31,6 +32,9 @@ class LocalUI:
     process: subprocess.Popen[bytes] | None = None
     broker: LocalBroker | None = None
     connect: ConnectWorker | None = None
+    schema_registry: LocalSchemaRegistry | None = None
+    #: The registry's URL: the stand-in's, or ``SCHEMA_REGISTRY_URL``'s ("" before it is known).
+    schema_registry_url: str = ""
     _stopped: bool = field(default=False, repr=False)
 
     @property
@@ -86,6 +90,8 @@ class LocalUI:
             stop_tree(self.process, first=signal.SIGINT, grace_s=20.0)
         if self.connect is not None:
             self.connect.stop()
+        if self.schema_registry is not None:
+            self.schema_registry.stop()
         if self.broker is not None:
             self.broker.stop()
 

@@ -114,7 +114,8 @@ def test_put_config_creates_then_updates(
     wait_until(two_tasks_listed)
 
 
-def test_put_config_rejects_a_mismatched_name_and_a_bad_config(http: httpx.Client) -> None:
+def test_put_config_rejects_a_mismatched_name_and_a_bad_config(http: httpx.Client, connect: Any) -> None:
+    """An unknown connector class is a 500 on Connect 3.x and a 400 on 4.x (same message)."""
     assert_error(
         http.put("/connectors/a/config", json={"name": "b", "topics": "t", "file": "f"}),
         400,
@@ -122,7 +123,7 @@ def test_put_config_rejects_a_mismatched_name_and_a_bad_config(http: httpx.Clien
     )
     assert_error(
         http.put("/connectors/a/config", json={"connector.class": "com.example.Nope", "topics": "t", "file": "f"}),
-        500,
+        500 if connect.worker.version.startswith("3.") else 400,
         re.compile(r"^Failed to find any class that implements Connector and which name matches com\.example\.Nope"),
     )
     assert "a" not in http.get("/connectors").json()
@@ -395,9 +396,15 @@ def test_unknown_paths_and_methods(http: httpx.Client) -> None:
 def test_names_are_percent_decoded(
     http: httpx.Client, connect: Any, sink: Callable[..., tuple[str, str]], wait_until: Callable[..., Any]
 ) -> None:
+    """Connect 3.x decodes %2F in a name; 4.x (Jetty 12) refuses it, so nothing is created there."""
     _, topic = sink()
-    connect.created.append("odd name/v1")
     config = connector_config(topic, "odd.txt")
+    if not connect.worker.version.startswith("3."):
+        refused = http.put("/connectors/odd%20name%2Fv1/config", json=config)
+        assert refused.status_code == 400 and "Ambiguous URI path separator" in refused.text, refused.text
+        assert "odd name/v1" not in http.get("/connectors").json()
+        return
+    connect.created.append("odd name/v1")
     assert http.put("/connectors/odd%20name%2Fv1/config", json=config).status_code == 201
     assert http.get("/connectors").json()[-1] == "odd name/v1" or "odd name/v1" in http.get("/connectors").json()
     wait_until(lambda: http.get("/connectors/odd%20name%2Fv1/status").status_code == 200)

@@ -96,20 +96,29 @@ def test_pause_reports_failed_tasks_without_waiting_for_them(
     context: Any,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
+    """Task 1 fails on a malformed record; the pause reports it instead of waiting for it.
+
+    When task 1's consumer closes, the sink's group rebalances and task 0 may take partition 1
+    and fail on the same record before the pause lands (seen with Connect 4.3's clients, which
+    rejoin within a second on noida-db): then both are FAILED, and both are reported.
+    """
     name, _ = sink(tasks=2, partitions=2)
     connect.fail_task(name, 1)
     status = PauseConnectorOperator(task_id="pause", connector=name, **FAST).execute(context)
-    assert states(status) == ("PAUSED", ["PAUSED", "FAILED"])
-    [failed] = context["ti"].pushed["failed_tasks"]
-    assert failed["connector"] == name and failed["task"] == 1
-    assert "Tolerance exceeded in error handler" in failed["trace"]
+    connector_state, task_states = states(status)
+    assert connector_state == "PAUSED" and task_states[1] == "FAILED" and task_states[0] in {"PAUSED", "FAILED"}
+    failed = context["ti"].pushed["failed_tasks"]
+    assert [task["task"] for task in failed] == [i for i, state in enumerate(task_states) if state == "FAILED"]
+    assert all(task["connector"] == name and "Tolerance exceeded in error handler" in task["trace"] for task in failed)
     logged = "".join(capfd.readouterr())
     assert f"{name} task 1 is FAILED" in logged and "Tolerance exceeded in error handler" in logged
 
 
 def test_pause_deferrable(connect_conn: str, connect: Any, sink: Sink, context: Any) -> None:
     name, _ = sink()
-    connect.proxy.inject_status_lag(0.5)  # real Connect is quick: without a lag the first check may already see it
+    # Real Connect is quick: without a lag the first check may already see it. 0.5 s was too short on a loaded
+    # machine (Connect 4.3: the operator's first check came after the lag and saw PAUSED).
+    connect.proxy.inject_status_lag(3.0)
     operator = PauseConnectorOperator(task_id="pause", connector=name, deferrable=True, **FAST)
     assert states(run_deferred(operator, context)) == ("PAUSED", ["PAUSED"])
 

@@ -256,10 +256,15 @@ def test_kerr_cli_up_status_down(tmp_path: Path) -> None:
     kerr = [sys.executable, "-m", "airflow_kerr.local.cli", "local"]
 
     def run(action: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*kerr, action], capture_output=True, text=True, env=env, timeout=60, check=False)
+        # A guard against a hang, not a speed bound: ``up`` starts a JVM, slow on a loaded 2-core machine.
+        return subprocess.run([*kerr, action], capture_output=True, text=True, env=env, timeout=300, check=False)
 
     assert run("status").returncode == 1
-    started = run("up")
+    try:
+        started = run("up")
+    except subprocess.TimeoutExpired:
+        run("down")  # what it started before the timeout, detached, must not outlive the test
+        raise
     assert started.returncode == 0, started.stderr
     assert "broker started at 127.0.0.1:" in started.stdout
     assert "Kafka Connect 3.9.0 started at http://127.0.0.1:" in started.stdout
@@ -274,19 +279,31 @@ def test_kerr_cli_up_status_down(tmp_path: Path) -> None:
     }
     assert json.loads(printed["AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT"].strip("'"))["port"] == state["connect"]["port"]
     assert json.loads(printed["AIRFLOW_CONN_SPARK_DEFAULT"].strip("'")) == {"conn_type": "spark", "host": "local[2]"}
+    registry_url = state["schema-registry"]["url"]
+    assert f"Schema Registry (development stand-in) started at {registry_url}" in started.stdout
+    assert json.loads(printed["AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"].strip("'")) == {
+        "conn_type": "schema_registry",
+        "host": registry_url,
+    }
     try:
+        with urllib.request.urlopen(registry_url + "/subjects", timeout=10) as response:
+            assert json.loads(response.read()) == []
         status = run("status")
         assert status.returncode == 0 and "broker: running at 127.0.0.1:" in status.stdout
         assert f"connect: running at {state['connect']['url']}" in status.stdout
+        assert f"schema-registry: running at {registry_url}" in status.stdout
         with urllib.request.urlopen(state["connect"]["url"] + "/connectors", timeout=10) as response:
             assert json.loads(response.read()) == []
         again = run("up").stdout
         assert "broker already running" in again and "Kafka Connect already running" in again
+        assert f"Schema Registry already running at {registry_url}" in again
     finally:
         stopped = run("down")
     assert "stopped broker" in stopped.stdout and "stopped connect" in stopped.stdout
+    assert "stopped schema-registry" in stopped.stdout
     assert run("status").returncode == 1
     assert _wait_dead(state["broker"]["pid"]) and _wait_dead(state["connect"]["pid"]), "no JVM or broker left behind"
+    assert _wait_dead(state["schema-registry"]["pid"]), "the schema registry was left behind"
 
 
 def test_kerr_cli_uses_an_external_connect_named_by_kafka_connect_url(tmp_path: Path) -> None:

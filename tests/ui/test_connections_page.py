@@ -15,7 +15,7 @@ from airflow_kerr.local.ui import LocalUI
 
 pytestmark = [pytest.mark.ui, pytest.mark.airflow, pytest.mark.timeout(420)]
 
-STACK_CONNECTIONS = ("kafka_default", "kafka_connect_default", "spark_default")
+STACK_CONNECTIONS = ("kafka_default", "kafka_connect_default", "spark_default", "schema_registry_default")
 
 
 def test_the_connections_page_lists_the_stacks_connections(local_ui: LocalUI, browser_page: Any) -> None:

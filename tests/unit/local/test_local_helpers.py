@@ -71,11 +71,35 @@ def test_a_missing_java_names_what_to_install(monkeypatch: pytest.MonkeyPatch, t
 
 
 def test_missing_jetty_jars_name_the_debian_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Not root (or no apt-get): the error names the package instead of installing it."""
+    """Connect 3.9 only, not root (or no apt-get): the error names the package instead of installing it."""
     monkeypatch.setattr(connect_runtime, "DEBIAN_JETTY_DIR", tmp_path / "no-jetty")
     monkeypatch.setattr(connect_runtime.os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("KERR_CONNECT_VERSION", "3.9.0")
     with pytest.raises(ConnectRuntimeUnavailable, match=r"libjetty9-java.*sudo apt-get install libjetty9-java"):
         ensure_connect_runtime(tmp_path / "runtime")
+
+
+@pytest.mark.parametrize("value", ["4.0", "latest", "3.9"])
+def test_an_unknown_connect_version_names_the_variable_and_the_choices(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("KERR_CONNECT_VERSION", value)
+    expected = rf"KERR_CONNECT_VERSION='{value}' is not a Kafka Connect version.*use one of 4\.3\.0, 3\.9\.0"
+    with pytest.raises(ConnectRuntimeUnavailable, match=expected):
+        ConnectWorker("127.0.0.1:1", Path("unused"))
+    assert connect_runtime.main([value]) == 2
+
+
+def test_the_connect_version_defaults_to_4_3_and_each_has_its_own_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KERR_HOME", str(tmp_path))
+    monkeypatch.delenv("KERR_CONNECT_VERSION", raising=False)
+    assert connect_runtime.connect_version().kafka == "4.3.0"
+    assert connect_runtime.runtime_dir() == tmp_path / "connect-runtime" / "kafka-4.3.0"
+    monkeypatch.setenv("KERR_CONNECT_VERSION", " 3.9.0 ")
+    assert connect_runtime.runtime_dir() == tmp_path / "connect-runtime" / "kafka-3.9.0"
+    assert ConnectWorker("127.0.0.1:1", tmp_path).version == "3.9.0"
 
 
 def test_an_unknown_broker_kind_names_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
