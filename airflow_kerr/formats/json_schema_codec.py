@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from jsonschema import exceptions as jsonschema_errors
+from jsonschema import exceptions as jsonschema_errors  # type: ignore[import-untyped]
 from jsonschema import validators
 
 from airflow_kerr.formats.exceptions import SerializationError

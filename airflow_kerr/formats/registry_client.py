@@ -52,8 +52,15 @@ class RegistryClient:
         #: Compiled codecs by (format, schema id), shared by every converter and sink of the process.
         self.codecs: SchemaCache[Any] = SchemaCache(settings.cache_capacity)
         self._headers = {"Accept": CONTENT_TYPE, "Content-Type": CONTENT_TYPE}
-        url = settings.url
-        client = settings.client
+        #: Every URL the settings name (comma-separated); a request that finds one out of reach tries the next.
+        self.base_urls = [self._base_url(url.strip().rstrip("/")) for url in settings.url.split(",") if url.strip()]
+        self._context = (
+            self._ssl_context(settings.client) if any(u.startswith("https://") for u in self.base_urls) else None
+        )
+
+    def _base_url(self, url: str) -> str:
+        """The URL without credentials (a ``URL`` credentials source turns them into the Authorization header)."""
+        client = self.settings.client
         if client.get("basic.auth.credentials.source", "USER_INFO") == "URL":
             parts = urllib.parse.urlsplit(url)
             if parts.username is not None:
@@ -64,8 +71,7 @@ class RegistryClient:
         elif "basic.auth.user.info" in client:
             encoded = base64.b64encode(str(client["basic.auth.user.info"]).encode()).decode()
             self._headers["Authorization"] = f"Basic {encoded}"
-        self.base_url = url
-        self._context = self._ssl_context(client) if url.startswith("https://") else None
+        return url
 
     @staticmethod
     def _ssl_context(client: Mapping[str, Any]) -> ssl.SSLContext:
@@ -106,11 +112,22 @@ class RegistryClient:
         return self.request("POST", f"/subjects/{_quote(subject)}", body)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
-        """One request; an error answer raises :class:`RegistryRequestError`, an outage :class:`RegistryUnavailable`."""
+        """One request, to each URL in turn while they are out of reach; the last outage is raised.
+
+        An error answer raises :class:`RegistryRequestError`, an outage :class:`RegistryUnavailable`.
+        """
+        for base_url in self.base_urls[:-1]:
+            try:
+                return self._request(base_url, method, path, body)
+            except RegistryUnavailable:
+                continue
+        return self._request(self.base_urls[-1], method, path, body)
+
+    def _request(self, base_url: str, method: str, path: str, body: Any) -> Any:
         self.requests += 1
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=self._headers)
-        where = f"{method} {mask_text(self.base_url)}{path}"
+        request = urllib.request.Request(base_url + path, data=data, method=method, headers=self._headers)
+        where = f"{method} {mask_text(base_url)}{path}"
         try:
             with urllib.request.urlopen(request, timeout=self.settings.timeout_s, context=self._context) as answer:
                 return json.loads(answer.read())

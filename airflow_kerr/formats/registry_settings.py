@@ -28,6 +28,10 @@ CLIENT_KEYS: Final = (
     "ssl.key.password",
     "timeout",
     "cache.capacity",
+    # Accepted for the connection's sake, unused: retries are errors.retry.timeout's, record by record.
+    "max.retries",
+    "retries.wait.ms",
+    "retries.max.wait.ms",
 )
 #: subject.name.strategy: Confluent's class names, short or full, and this project's short names.
 STRATEGIES: Final = {
@@ -69,7 +73,7 @@ class RegistrySettings:
         if problems:
             raise InvalidRegistrySettings(problems)
         return cls(
-            url=str(settings["url"]).rstrip("/"),
+            url=str(settings["url"]),
             client={key: settings[key] for key in CLIENT_KEYS if key in settings},
             auto_register_schemas=bool(settings.get("auto.register.schemas", True)),
             use_latest_version=bool(settings.get("use.latest.version", False)),
@@ -98,13 +102,19 @@ class RegistrySettings:
             elif key in ("timeout", "cache.capacity"):
                 if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                     problems.append(f"schema_registry[{key!r}]={shown}: expected a positive number")
+            elif key in ("max.retries", "retries.wait.ms", "retries.max.wait.ms"):
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    problems.append(f"schema_registry[{key!r}]={shown}: expected a non-negative number")
             elif not isinstance(value, str) or not value:
                 problems.append(f"schema_registry[{key!r}]={shown}: expected a non-empty string")
         url = settings.get("url")
         if url is None:
             problems.append("schema_registry['url']: required, the registry's http:// or https:// URL")
-        elif isinstance(url, str) and not url.startswith(("http://", "https://")):
-            problems.append(f"schema_registry['url']={mask_text(url)!r}: expected an http:// or https:// URL")
+        elif isinstance(url, str) and not all(u.strip().startswith(("http://", "https://")) for u in url.split(",")):
+            problems.append(
+                f"schema_registry['url']={mask_text(url)!r}: expected an http:// or https:// URL "
+                "(several: comma-separated)"
+            )
         return problems
 
     @property

@@ -163,6 +163,17 @@ def test_a_registry_that_hangs_or_is_down_is_retriable(registry: Any) -> None:
         avro_converter(closed)(WireFormat.build(1, b""))
 
 
+def test_several_urls_are_tried_in_turn(registry: Any) -> None:
+    url, state = registry
+    state.add(ORDER)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    converter = avro_converter(f"{closed},{url}")
+    assert converter(WireFormat.build(1, AvroCodec(ORDER).encode({"id": 1, "amount": 0.0}))) == {"id": 1, "amount": 0.0}
+    assert converter.client.requests == 2 and state.requests == ["GET /schemas/ids/1"]
+
+
 def test_json_schema_converter(registry: Any) -> None:
     url, state = registry
     schema = json.dumps({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]})
