@@ -398,11 +398,20 @@ class Version:
         return answer
 
 
+_PROTO_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|[A-Za-z_][\w.]*|\d[\w.]*|\S')
+
+
 def canonical(schema_type: str, text: str) -> str:
-    """The text two registrations of one schema share: compact JSON for Avro and JSON Schema, stripped Protobuf."""
+    """The form two texts of one schema share, so they get one id and a lookup finds either.
+
+    Avro and JSON Schema: the JSON with its object keys sorted (Avro's ``Schema.toString()``,
+    which Java clients send, orders attributes its own way). Protobuf: the tokens without
+    comments and layout, since Confluent's clients send the schema as their parser re-prints it.
+    """
     if schema_type == "PROTOBUF":
-        return text.strip()
-    return json.dumps(json.loads(text), separators=(",", ":"))
+        stripped = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
+        return " ".join(_PROTO_TOKEN.findall(stripped))
+    return json.dumps(json.loads(text), separators=(",", ":"), sort_keys=True)
 
 
 # --- The store ---------------------------------------------------------------------------------------

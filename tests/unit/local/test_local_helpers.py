@@ -158,6 +158,11 @@ def test_connection_variables_name_all_three_connections() -> None:
         "schema": "http",
     }
     assert "stats_cb" not in connection_variables("b:1", "h", 1)["AIRFLOW_CONN_KAFKA_DEFAULT"]
+    registry = connection_variables("b:1", "h", 1, schema_registry_url="http://127.0.0.1:18081")
+    assert json.loads(registry["AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"]) == {
+        "conn_type": "schema_registry",
+        "host": "http://127.0.0.1:18081",
+    }
     cluster = connection_variables("b:1", "h", 1, spark_master="spark://127.0.0.1:7077")
     assert json.loads(cluster["AIRFLOW_CONN_SPARK_DEFAULT"]) == {
         "conn_type": "spark",
