@@ -278,3 +278,28 @@ def test_basic_auth_reaches_the_registry(registry: Any) -> None:
         WireFormat.build(1, AvroCodec(ORDER).encode({"id": 1, "amount": 0.0}))
     )
     assert state.authorizations == ["Basic " + base64.b64encode(b"ada:s3cret").decode()]
+
+
+def test_protobuf_and_json_schema_sinks_write_what_their_converters_read(registry: Any) -> None:
+    url, state = registry
+    client, settings = client_for(url)
+    proto_schema = base64.b64encode(order_proto().SerializeToString()).decode()
+    proto_sink = RegistrySerializer("protobuf", client, settings, topic="p", is_key=False, schema=proto_schema)
+    written = proto_sink({"id": 5, "customer": "ada"})
+    assert written is not None and written[5:6] == b"\x00"  # message indexes [0]: the first message, one byte
+    reader = RegistryDeserializer("protobuf", client, is_key=False)
+    assert reader(written) == {"id": 5, "customer": "ada"}
+    with pytest.raises(ConverterDataError, match=r"^Failed to serialize Protobuf data from topic p: .*customer"):
+        proto_sink({"id": 5, "customer": 7})
+
+    schema = json.dumps({"title": "Order", "type": "object", "properties": {"id": {"type": "integer"}}})
+    json_sink = RegistrySerializer("json_schema", client, settings, topic="j", is_key=False, schema=schema)
+    framed = json_sink({"id": 6})
+    assert framed == WireFormat.build(state.subjects["j-value"][0], b'{"id":6}')
+    assert RegistryDeserializer("json_schema", client, is_key=False)(framed) == {"id": 6}
+    with pytest.raises(ConverterDataError) as raised:
+        json_sink({"id": "six"})
+    assert str(raised.value) == (
+        "Converting Kafka Connect data to byte[] failed due to serialization error of topic j: Error serializing "
+        "JSON message: Validation error at id: 'six' is not of type 'integer'"
+    )
