@@ -15,9 +15,9 @@ import binascii
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from google.protobuf.message import DecodeError, Message
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory  # type: ignore[import-untyped]
+from google.protobuf.descriptor import Descriptor, FieldDescriptor  # type: ignore[import-untyped]
+from google.protobuf.message import DecodeError, Message  # type: ignore[import-untyped]
 
 from airflow_kerr.formats.exceptions import SerializationError
 

@@ -18,7 +18,7 @@ import socket
 from typing import Any
 
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 
 from airflow_kerr.errors import (
     ErrorHandlingConfig,
