@@ -19,13 +19,17 @@ from airflow_kerr.assets.kafka import cluster_of, topic_asset
 from airflow_kerr.compat import AirflowFailException
 from airflow_kerr.errors.config import show_value
 from airflow_kerr.errors.metrics import DLQ_PRODUCE_REQUESTS
+from airflow_kerr.formats.registry_settings import FORMATS
 from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.hooks.schema_registry import SchemaRegistryHook
 from airflow_kerr.kafka.metrics_topic import run_summary
 from airflow_kerr.operators.settings_check import fail_on_invalid_settings
 from airflow_kerr.operators.templating import is_templated
 from airflow_kerr.spark import job
 from airflow_kerr.spark.spec import InvalidPipelineSpec, PipelineSpec
 
+#: Stands for the registry connection's URL when a DAG is parsed (connections are read at run time only).
+PARSE_TIME_REGISTRY = "http://schema-registry.parse-time.invalid"
 CLUSTER_MODE_MESSAGE = (
     "ErrorAwareSparkSubmitOperator runs in client deploy mode only, but {where}: the pipeline spec (which may hold "
     "credentials) is handed to the driver as a file readable only on the machine that submits the job, which a "
@@ -47,6 +51,15 @@ def _overlay(base: object, top: object) -> object:
     if isinstance(base, Mapping) and isinstance(top, Mapping):
         return {**base, **top}
     return base if isinstance(top, Mapping) else top
+
+
+def _names_registry_format(pipeline: Mapping[str, Any]) -> bool:
+    """Whether the pipeline names ``avro``, ``protobuf`` or ``json_schema`` as a converter or a sink kind."""
+    sink = pipeline.get("sink")
+    named = [pipeline.get("key_converter"), pipeline.get("value_converter")]
+    if isinstance(sink, Mapping):
+        named.append(sink.get("kind"))
+    return any(isinstance(name, str) and name in FORMATS for name in named)
 
 
 def build_package_zip(directory: Path) -> Path:
@@ -90,12 +103,13 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "pipeline", "errors")
     template_fields_renderers = {"pipeline": "json", "errors": "json"}
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only operator arguments, each a setting a DAG author names
         self,
         *,
         pipeline: Mapping[str, Any],
         errors: Mapping[str, Any] | None = None,
         kafka_config_id: str = "kafka_default",
+        schema_registry_conn_id: str | None = "schema_registry_default",
         ship_package: bool = True,
         conn_id: str = "spark_default",
         name: str | None = None,
@@ -114,6 +128,7 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         self.pipeline: Any = dict(pipeline) if isinstance(pipeline, Mapping) else pipeline
         self.errors: Any = dict(errors) if isinstance(errors, Mapping) else ({} if errors is None else errors)
         self.kafka_config_id = kafka_config_id
+        self.schema_registry_conn_id = schema_registry_conn_id
         self.ship_package = ship_package
         self.emit_assets = emit_assets
         self.asset_server = asset_server
@@ -129,10 +144,15 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         if self._deploy_mode == "cluster":
             raise ValueError(CLUSTER_MODE_MESSAGE.format(where="deploy_mode='cluster'"))
         if not is_templated(self.pipeline) and not is_templated(self.errors):
-            self.spec(kafka_config={})
+            # The registry connection is read at run time; here it stands as a URL, so only a spec that names a
+            # registry format with neither a connection nor its own schema_registry fails the parse.
+            self.spec(kafka_config={}, registry_config={"url": PARSE_TIME_REGISTRY} if schema_registry_conn_id else {})
 
-    def spec(self, kafka_config: Mapping[str, Any]) -> PipelineSpec:
-        """The rendered, validated spec with the connection's Kafka settings under the spec's own.
+    def spec(self, kafka_config: Mapping[str, Any], registry_config: Mapping[str, Any] | None = None) -> PipelineSpec:
+        """The rendered, validated spec with the connections' Kafka and Schema Registry settings under the spec's own.
+
+        ``registry_config`` (from ``schema_registry_conn_id``) is used only by a spec that names
+        a registry format (``avro``, ``protobuf``, ``json_schema``) as a converter or sink kind.
 
         Raises :class:`InvalidPipelineSpec` listing every problem of ``pipeline`` and ``errors``.
         """
@@ -148,6 +168,8 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         base_errors = {} if data.get("errors") is None else data["errors"]
         data["errors"] = _overlay(base_errors, self.errors if isinstance(self.errors, Mapping) else None)
         data["kafka"] = _overlay(dict(kafka_config), data.get("kafka"))
+        if registry_config and _names_registry_format(data):
+            data["schema_registry"] = _overlay(dict(registry_config), data.get("schema_registry"))
         try:
             spec = PipelineSpec.from_dict(data)
         except InvalidPipelineSpec as exc:
@@ -168,8 +190,15 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
                 CLUSTER_MODE_MESSAGE.format(where=f"the connection {self._conn_id!r} sets deploy-mode 'cluster'")
             )
         kafka_config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
+        registry_config: dict[str, Any] = {}
+        if (
+            self.schema_registry_conn_id
+            and isinstance(self.pipeline, Mapping)
+            and _names_registry_format(self.pipeline)
+        ):
+            registry_config = SchemaRegistryHook(self.schema_registry_conn_id).client_config()
         try:
-            spec = self.spec(kafka_config)
+            spec = self.spec(kafka_config, registry_config)
         except InvalidPipelineSpec as error:  # rendered templates, or the connection's settings, are bad
             fail_on_invalid_settings(self.log, "pipeline settings", error.problems, str(error))
         run_id = self.run_id(context)

@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_kerr.errors import (
+    SKIPPED,
     DeadLetterQueueRecord,
     DeadLetterQueueReporter,
     ErrorHandlingConfig,
@@ -39,11 +40,20 @@ from airflow_kerr.errors import (
     Stage,
     TaskId,
 )
+from airflow_kerr.formats import ConverterDataError, ConverterRetriableError, RegistryDeserializer
 from airflow_kerr.kafka.metrics_topic import ATTEMPT, INTERIM, SEQ, input_range_fields
 from airflow_kerr.spark.columns import BatchColumns
 from airflow_kerr.spark.failures import task_failure_text
 from airflow_kerr.spark.run_metrics import publish_metrics_record
-from airflow_kerr.spark.sinks import KafkaSink, ProducerChannel, make_sink, sink_class_name, sink_config
+from airflow_kerr.spark.sinks import (
+    KafkaSink,
+    ProducerChannel,
+    RegistryKafkaSink,
+    encode_value,
+    make_sink,
+    sink_class_name,
+    sink_config,
+)
 from airflow_kerr.spark.spec import PipelineSpec
 from airflow_kerr.spark.stages import (
     BatchRunner,
@@ -58,6 +68,8 @@ from airflow_kerr.spark.vectorized import VectorizedStages, uses_batch_transform
 LOG = logging.getLogger("airflow_kerr.spark.partition")
 # Allocations between two runs of the cyclic collector while a task processes (see few_collections).
 GC_FIRST_GENERATION_THRESHOLD = 50_000
+#: The class a Connect sink task's errant record is reported under (``WorkerErrantRecordReporter``).
+ERRANT_RECORD_CLASS = "org.apache.kafka.connect.sink.SinkTask"
 SUMMARY_FIELDS = ("topic", "partition", "first_offset", "last_offset", "records_in", "records_out", "metrics")
 
 
@@ -70,11 +82,12 @@ class PartitionProcessor:
         self.config: ErrorHandlingConfig = spec.validate()
         self.metrics = ErrorMetrics()
         self.channel = ProducerChannel(spec.kafka, on_omitted=self._dead_letter_omitted)
-        self.key_converter = make_converter(spec.key_converter, Stage.KEY_CONVERTER)
-        self.value_converter = make_converter(spec.value_converter, Stage.VALUE_CONVERTER)
+        registry = spec.registry_settings() if spec.schema_registry else None
+        self.key_converter = make_converter(spec.key_converter, Stage.KEY_CONVERTER, registry)
+        self.value_converter = make_converter(spec.value_converter, Stage.VALUE_CONVERTER, registry)
         self.transformations = [make_transformation(path) for path in spec.transformations]
         self.vectorized = uses_batch_transformations(self.transformations)
-        self.sink = make_sink(spec.sink, self.channel, part_name)
+        self.sink = make_sink(spec.sink, self.channel, part_name, registry)
         self.put_stage = PipelineStage(Stage.TASK_PUT, sink_class_name(spec.sink), sink_config(spec.sink))
         stages = [
             self.key_converter.stage,
@@ -130,6 +143,9 @@ class PartitionProcessor:
         if self.first_offset is None:
             self.first_offset = batch.column("offset")[0].as_py()
             self.topic, self.partition = batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py()
+            for converter in (self.key_converter.fn, self.value_converter.fn):
+                if isinstance(converter, RegistryDeserializer):
+                    converter.topic = self.topic  # a task reads one topic-partition; failure texts name it
         self.last_offset = batch.column("offset")[-1].as_py()
         if self.vector is not None:
             self.records_out += self.vector.process(batch, columns)
@@ -147,6 +163,9 @@ class PartitionProcessor:
             values, rows = run(value.stage, value.fn, values, rows, source, fast=value.fast)
             if self.runner.dropped:
                 keys = without_positions(keys, self.runner.dropped)
+        if isinstance(self.sink, RegistryKafkaSink) and not self.transformations:
+            self.records_out += self.write_registry(keys, values, rows, source)
+            return
         if not self.transformations and isinstance(self.sink, KafkaSink):
             pairs = list(zip(keys, values, strict=True))
             done, _ = self.runner.run(self.put_stage, self.sink.put_pair, pairs, rows, source)
@@ -166,11 +185,57 @@ class PartitionProcessor:
         pass is the record's put failure, as it is in one ``put``.
         """
         sink = self.sink
+        if isinstance(sink, RegistryKafkaSink):
+            keys = [record.key for record in records]
+            return self.write_registry(keys, [record.value for record in records], rows, source)
         if not isinstance(sink, KafkaSink):
             done, _ = self.runner.run(self.put_stage, sink.put, records, rows, source)
             return len(done)
         pairs, rows = self.runner.run(self.put_stage, sink.encode, records, rows, source)
         return self.write_encoded(pairs, rows, source)
+
+    def write_registry(
+        self, keys: list[Any], values: list[Any], rows: list[int], source: Callable[[int], SourceRecord]
+    ) -> int:
+        """A registry sink's TASK_PUT: values encoded through the schema, then written; how many were written."""
+        encoded, kept = self.serialize_values(values, rows, source)
+        if len(kept) != len(rows):
+            by_row = dict(zip(rows, keys, strict=True))
+            keys = [by_row[row] for row in kept]
+        pairs = [(value, encode_value(key)) for value, key in zip(encoded, keys, strict=True)]
+        return self.write_encoded(pairs, kept, source)
+
+    def serialize_values(
+        self, values: list[Any], rows: list[int], source: Callable[[int], SourceRecord]
+    ) -> tuple[list[bytes | None], list[int]]:
+        """Each value through the registry sink's serializer; a value that does not fit is an errant record.
+
+        As a Connect sink task hands a record it cannot write to its ``ErrantRecordReporter``
+        (KIP-610, reported at ``TASK_PUT`` by ``SinkTask``), the record is reported through the
+        tolerance and the DLQ, and the rest are written; tolerance ``none`` fails the task. A
+        registry outage is retried within ``errors.retry.timeout`` first, as for any stage.
+        """
+        sink = self.sink
+        assert isinstance(sink, RegistryKafkaSink)
+        serialize = sink.serializer
+        encoded: list[bytes | None] = []
+        kept: list[int] = []
+        for value, row in zip(values, rows, strict=True):
+            try:
+                try:
+                    encoded.append(serialize(value))
+                except ConverterRetriableError as outage:
+                    result = self.retry.execute_after_failure(
+                        self.put_stage, serialize, source(row), outage, self.retry.clock(), value
+                    )
+                    if result is SKIPPED:
+                        continue
+                    encoded.append(result)
+            except ConverterDataError as error:
+                self.retry.execute_failed(self.put_stage, source(row), error, executing_class=ERRANT_RECORD_CLASS)
+                continue
+            kept.append(row)
+        return encoded, kept
 
     def write_encoded(
         self, pairs: list[tuple[bytes | None, bytes | None]], rows: list[int], source: Callable[[int], SourceRecord]

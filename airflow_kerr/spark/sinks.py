@@ -22,6 +22,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import DeadLetterQueueRecord
+from airflow_kerr.formats import RegistrySerializer, RegistrySettings, registry_client_for
+from airflow_kerr.formats.registry_settings import FORMATS
 from airflow_kerr.kafka.record_size import batch_size, is_size_error, message_max_bytes, record_size
 from airflow_kerr.spark.spec import SinkSpec
 from airflow_kerr.spark.stages import PipelineRecord
@@ -312,6 +314,20 @@ def json_line_encoder() -> Callable[[Any], str]:
     return encode
 
 
+class RegistryKafkaSink(KafkaSink):
+    """A Kafka sink whose values are written in a registry format (``avro``, ``protobuf``, ``json_schema``).
+
+    The partition task encodes each value with :attr:`serializer` before the write
+    (:meth:`~airflow_kerr.spark.partition.PartitionProcessor.serialize_values`): a value that
+    does not fit the schema is reported at TASK_PUT, as a Connect sink task reports an errant
+    record, and goes to the DLQ. Keys are written as the plain Kafka sink writes them.
+    """
+
+    def __init__(self, channel: ProducerChannel, topic: str, serializer: RegistrySerializer) -> None:
+        super().__init__(channel, topic)
+        self.serializer = serializer
+
+
 class FileSink:
     """Collects a partition task's good records and writes them as one file when the task flushes.
 
@@ -390,7 +406,14 @@ def _text(value: Any) -> Any:
 Sink = KafkaSink | FileSink | CallableSink
 
 
-def make_sink(spec: SinkSpec, channel: ProducerChannel, part_name: str) -> Sink:
+def make_sink(
+    spec: SinkSpec, channel: ProducerChannel, part_name: str, registry: RegistrySettings | None = None
+) -> Sink:
+    if spec.kind in FORMATS:
+        assert spec.topic is not None and registry is not None
+        client = registry_client_for(registry)
+        serializer = RegistrySerializer(spec.kind, client, registry, topic=spec.topic, is_key=False, schema=spec.schema)
+        return RegistryKafkaSink(channel, spec.topic, serializer)
     if spec.kind == "kafka":
         assert spec.topic is not None
         return KafkaSink(channel, spec.topic)
@@ -407,6 +430,9 @@ def sink_class_name(spec: SinkSpec) -> str:
         return spec.callable
     return {
         "kafka": f"{__name__}.KafkaSink",
+        "avro": f"{__name__}.RegistryKafkaSink",
+        "protobuf": f"{__name__}.RegistryKafkaSink",
+        "json_schema": f"{__name__}.RegistryKafkaSink",
         "parquet": f"{__name__}.FileSink",
         "jsonl": f"{__name__}.FileSink",
     }[spec.kind]

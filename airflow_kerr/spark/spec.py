@@ -26,9 +26,10 @@ from airflow_kerr.errors.config import (
     show_value,
     topic_name_problem,
 )
+from airflow_kerr.formats.registry_settings import FORMATS, RegistrySettings
 
-BUILTIN_CONVERTERS = ("bytes", "string", "json")
-SINK_KINDS = ("kafka", "parquet", "jsonl", "callable")
+BUILTIN_CONVERTERS = ("bytes", "string", "json", *FORMATS)
+SINK_KINDS = ("kafka", "parquet", "jsonl", "callable", *FORMATS)
 SOURCE_FORMATS = ("kerr_kafka", "kafka")
 STARTING_OFFSETS = ("group", "earliest", "latest")
 DEFAULT_METRICS_TOPIC = "kerr.metrics"
@@ -69,12 +70,19 @@ class SourceSpec:
 
 @dataclass
 class SinkSpec:
-    """Where good records go (the TASK_PUT stage): a Kafka topic, a Parquet or JSON-lines path, or a callable."""
+    """Where good records go (the TASK_PUT stage): a Kafka topic, a Parquet or JSON-lines path, or a callable.
+
+    The kinds ``avro``, ``protobuf`` and ``json_schema`` write to ``topic`` through the Schema
+    Registry; ``schema`` is the values' schema (Avro or JSON Schema text, a Protobuf schema as a
+    base64 ``FileDescriptorProto``), or omitted to write with the subject's latest one
+    (``use.latest.version``).
+    """
 
     kind: str
     topic: str | None = None
     path: str | None = None
     callable: str | None = None
+    schema: str | None = None
 
 
 @dataclass
@@ -85,12 +93,16 @@ class PipelineSpec:
     security) used for the source, a Kafka sink, the DLQ and the metrics topic.
     ``metrics_interval_ms`` is how often a running task publishes an interim metrics record
     (its counters so far), so the tolerance watches see a breach before the task ends.
+    ``schema_registry`` holds the Schema Registry's (:class:`RegistrySettings`' keys), needed
+    by the ``avro``, ``protobuf`` and ``json_schema`` converters and sinks; it reaches the
+    executors inside the spec, as ``kafka`` does.
     """
 
     name: str
     source: SourceSpec
     sink: SinkSpec
     kafka: dict[str, Any] = field(default_factory=dict)
+    schema_registry: dict[str, Any] = field(default_factory=dict)
     key_converter: str = "bytes"
     value_converter: str = "json"
     transformations: list[str] = field(default_factory=list)
@@ -146,6 +158,7 @@ class PipelineSpec:
         for name, value in (("key_converter", self.key_converter), ("value_converter", self.value_converter)):
             if not (isinstance(value, str) and (value in BUILTIN_CONVERTERS or _is_dotted_path(value))):
                 problems.append(_bad(name, value, f"one of {', '.join(BUILTIN_CONVERTERS)} or a dotted-path callable"))
+        problems += self._registry_problems()
         problems += _transformation_problems(self.transformations)
         problems += _int_problems("batch_size", self.batch_size, 1, INT_MAX)
         problems += _int_problems("task_id", self.task_id, 0, INT_MAX)
@@ -157,6 +170,37 @@ class PipelineSpec:
         if problems or config is None:
             raise InvalidPipelineSpec(problems)
         return config
+
+    def registry_users(self) -> list[str]:
+        """The fields that name a Schema Registry format (``value_converter='avro'``, ``sink.kind='avro'``)."""
+        named = [("key_converter", self.key_converter), ("value_converter", self.value_converter)]
+        if isinstance(self.sink, SinkSpec):
+            named.append(("sink.kind", self.sink.kind))
+        return [f"{name}={value!r}" for name, value in named if isinstance(value, str) and value in FORMATS]
+
+    def registry_settings(self) -> RegistrySettings:
+        """The parsed ``schema_registry`` settings (checked by :meth:`validate`)."""
+        return RegistrySettings.from_mapping(self.schema_registry)
+
+    def _registry_problems(self) -> list[str]:
+        users = self.registry_users()
+        if not self.schema_registry and not users:
+            return []
+        if not self.schema_registry:
+            return [
+                f"schema_registry: required by {', '.join(users)}: the Schema Registry's settings, at least "
+                "{'url': 'http://host:8081'} (the operator fills them from schema_registry_conn_id)"
+            ]
+        problems = RegistrySettings.problems(self.schema_registry)
+        sink = self.sink
+        if not problems and isinstance(sink, SinkSpec) and sink.kind in FORMATS and sink.schema is None:
+            settings = self.registry_settings()
+            if settings.auto_register_schemas or not settings.use_latest_version:
+                problems.append(
+                    f"sink.schema: required when sink.kind={sink.kind!r}, the values' schema, unless schema_registry "
+                    "sets 'use.latest.version': true and 'auto.register.schemas': false"
+                )
+        return problems
 
     def _check_source(self, problems: list[str]) -> list[str]:
         """Check ``source.*``; return its topics when they are valid (the DLQ and sink checks need them)."""
@@ -181,12 +225,15 @@ class PipelineSpec:
         sink = self.sink
         if not (isinstance(sink.kind, str) and sink.kind in SINK_KINDS):
             problems.append(_bad("sink.kind", sink.kind, f"one of {', '.join(SINK_KINDS)}"))
-        needed = {"kafka": "topic", "parquet": "path", "jsonl": "path", "callable": "callable"}.get(
-            sink.kind if isinstance(sink.kind, str) else ""
+        needed = {"kafka": "topic", "parquet": "path", "jsonl": "path", "callable": "callable"} | dict.fromkeys(
+            FORMATS, "topic"
         )
+        needed_field = needed.get(sink.kind if isinstance(sink.kind, str) else "")
+        if sink.schema is not None and not _is_text(sink.schema):
+            problems.append(_bad("sink.schema", sink.schema, "the values' schema as a non-empty string"))
         for name, value in (("topic", sink.topic), ("path", sink.path), ("callable", sink.callable)):
             if value is None:
-                if name == needed:
+                if name == needed_field:
                     problems.append(f"sink.{name}: required when sink.kind={sink.kind!r}, {_SINK_FIELDS[name]}")
                 continue
             problem = _sink_field_problem(name, value)

@@ -24,10 +24,18 @@ from typing import Any, Final
 from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import SKIPPED, PipelineStage, RetryWithTolerance, SourceRecord, Stage
 from airflow_kerr.errors.record import Header
+from airflow_kerr.formats import RegistryDeserializer, RegistrySettings, registry_client_for
+from airflow_kerr.formats.registry_settings import FORMATS
 
 BUILTIN_CLASS = "airflow_kerr.spark.stages"
 BATCH_KIND_ATTRIBUTE: Final = "__kerr_batch__"
 BATCH_KINDS: Final = ("arrow", "pandas")
+#: The class each registry converter names in error contexts and DLQ headers: Confluent's, whose texts it writes.
+REGISTRY_CONVERTER_CLASSES: Final = {
+    "avro": "io.confluent.connect.avro.AvroConverter",
+    "protobuf": "io.confluent.connect.protobuf.ProtobufConverter",
+    "json_schema": "io.confluent.connect.json.JsonSchemaConverter",
+}
 
 
 @dataclass(slots=True)
@@ -94,8 +102,23 @@ class Converter:
     fast: Callable[[bytes], Any] | None = None
 
 
-def make_converter(spec: str, stage: Stage) -> Converter:
-    """The converter named ``bytes``, ``string``, ``json``, or a dotted-path callable."""
+def make_converter(spec: str, stage: Stage, registry: RegistrySettings | None = None) -> Converter:
+    """The converter named ``bytes``, ``string``, ``json``, ``avro``, ``protobuf``, ``json_schema`` or a callable.
+
+    A registry converter is a :class:`RegistryDeserializer` over the process's registry client,
+    so every task of an executor process shares its cache of compiled schemas; its ``topic``
+    (named in failure texts) is set by the task from its first batch.
+    """
+    if spec in FORMATS:
+        if registry is None:
+            raise ValueError(f"{stage.name.lower()}={spec!r} needs the schema_registry settings")
+        converter = RegistryDeserializer(
+            spec,
+            registry_client_for(registry),
+            is_key=stage is Stage.KEY_CONVERTER,
+            validate_json=registry.json_fail_invalid_schema,
+        )
+        return Converter(PipelineStage(stage, REGISTRY_CONVERTER_CLASSES[spec]), converter)
     if spec == "bytes":
         return Converter(PipelineStage(stage, f"{BUILTIN_CLASS}.ByteArrayConverter"), None)
     if spec == "string":

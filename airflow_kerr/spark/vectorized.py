@@ -8,8 +8,10 @@ one; the task's per-record setup (converters, retry policy, sink) is handed in a
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -19,7 +21,7 @@ from airflow_kerr.errors import PipelineStage, RetryWithTolerance, SourceRecord,
 from airflow_kerr.spark.batch import BatchStageRunner, as_arrow_function, positions_of
 from airflow_kerr.spark.column_converters import VectorizedJsonConverter, decode_string_column, encode_json_column
 from airflow_kerr.spark.columns import BatchColumns
-from airflow_kerr.spark.sinks import KafkaSink, Sink
+from airflow_kerr.spark.sinks import KafkaSink, RegistryKafkaSink, Sink
 from airflow_kerr.spark.spec import InvalidPipelineSpec
 from airflow_kerr.spark.stages import (
     BatchRunner,
@@ -148,7 +150,8 @@ class VectorizedStages:
         """Hand the surviving records to the sink (the TASK_PUT stage, record by record); return how many it took."""
         processor = self.processor
         work, rows = decoded.work, decoded.rows
-        if not isinstance(processor.sink, KafkaSink):
+        if not isinstance(processor.sink, KafkaSink) or isinstance(processor.sink, RegistryKafkaSink):
+            # A registry sink encodes every value through its schema, record by record (a misfit fails alone).
             keys, values = work.column("key").to_pylist(), work.column("value").to_pylist()
             return processor.put(columns.pipeline_records(rows, keys, values), rows, columns.source_record)
         converted_keys, converted_values = decoded.converted_keys, decoded.converted_values
@@ -173,7 +176,51 @@ class VectorizedStages:
         if converter.fn is decode_string:
             return decode_string_column(raw, rows, converter.stage, runner, source)
         converted, kept = runner.run(converter.stage, converter.fn, raw.to_pylist(), rows, source, fast=converter.fast)
-        return pa.array(converted), kept
+        try:
+            return pa.array(converted), kept
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            return self.typed_column(converter, converted, kept, source)
+
+    def typed_column(
+        self, converter: Converter, converted: list[Any], rows: list[int], source: Callable[[int], SourceRecord]
+    ) -> tuple[Any, list[int]]:
+        """The converted values as one Arrow column when they do not share a type: the most common type wins.
+
+        A column has one type, so a value whose fields clash with most of its batch's (a
+        ``string`` amount among ``double`` ones, from another schema version) fails its record
+        alone at its converter's stage, with pyarrow's reason, and the rest keep their type
+        whatever the batch's order. A value that only lacks a field (null) still fits.
+        """
+        kinds = Counter(_arrow_type(value) for value in converted)
+        kinds.pop(None, None)
+        if not kinds:
+            raise TypeError("no converted value of this batch has an Arrow type")
+        kind = kinds.most_common(1)[0][0]
+        runner = self.processor.runner
+        kept, kept_rows = runner.run(converter.stage, partial(_as_arrow, kind), converted, rows, source)
+        return pa.array(kept, type=kind), kept_rows
+
+
+def _arrow_type(value: Any) -> Any:
+    try:
+        return pa.array([value]).type
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        return None
+
+
+def _as_arrow(kind: Any, value: Any) -> Any:
+    """``value`` itself when it fits an Arrow column of type ``kind``; pyarrow's error (its record fails) otherwise."""
+    try:
+        pa.array([value], type=kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as error:
+        raise ConvertedValueMismatch(
+            f"the value does not fit its batch's Arrow column of type {kind}: {error}"
+        ) from None
+    return value
+
+
+class ConvertedValueMismatch(ValueError):
+    """A converted value whose type clashes with the rest of its batch's: one Arrow column holds one type."""
 
 
 def _to_write(column: Any, converted: Any, raw: Any, taken: Any) -> list[Any]:

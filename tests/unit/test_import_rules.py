@@ -1,6 +1,6 @@
 """The rooms' import rules: arrows point inward, parsed from the source with ``ast`` (nothing is imported).
 
-- ``errors/`` imports nothing of ours outside ``errors/``;
+- ``errors/`` imports nothing of ours outside ``errors/``; ``formats/`` of ours only ``errors/``;
 - ``spark/``, ``kafka/``, ``inspection/``, ``replay/``, ``errors/``, ``examples/`` and ``callables``
   run where Airflow is not installed: they import no ``airflow``, and of ours only each other;
 - nothing but ``operators/`` and ``task_groups/`` (and the DAGs) imports ``operators/``;
@@ -25,7 +25,7 @@ import airflow_kerr
 PACKAGE = Path(airflow_kerr.__file__).resolve().parent
 ROOT = "airflow_kerr"
 #: Rooms whose code runs on Spark executors or in plain Python: no Airflow, and of ours only each other.
-PURE_ROOMS = frozenset({"errors", "spark", "kafka", "inspection", "replay", "examples", "callables"})
+PURE_ROOMS = frozenset({"errors", "formats", "spark", "kafka", "inspection", "replay", "examples", "callables"})
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,9 @@ RULES: dict[str, Callable[[Import], bool]] = {
     "errors/ imports nothing of ours outside errors/": lambda i: (
         i.room == "errors" and i.target_room is not None and i.target_room != "errors"
     ),
+    "formats/ imports of ours only formats/ and errors/": lambda i: (
+        i.room == "formats" and i.target_room is not None and i.target_room not in ("formats", "errors")
+    ),
     "spark/, kafka/, inspection/, replay/, errors/, examples/ and callables import no airflow": lambda i: (
         i.room in PURE_ROOMS and is_airflow(i.name)
     ),
@@ -147,6 +150,7 @@ def test_every_room_says_what_it_is_in_one_line() -> None:
 
 BAD_MODULES = {
     "errors/bad.py": "from airflow_kerr.kafka.offsets import end_offsets\n",
+    "formats/bad.py": "from airflow_kerr.spark.stages import decode_json\n",
     "replay/bad.py": "def later():\n    from airflow.sdk import BaseOperator\n",
     "kafka/bad.py": "import airflow_kerr.hooks.kafka\n",
     "inspection/bad.py": "from airflow.sdk import Connection\n",

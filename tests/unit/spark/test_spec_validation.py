@@ -154,7 +154,11 @@ BAD = [
     (("metrics_topic",), 5, "metrics_topic=5: expected a Kafka topic name (a string)"),
     (("metrics_topic",), "__m", "metrics_topic='__m': expected a topic name not starting with '__'"),
     (("name",), ["orders"], "name=['orders']: expected a non-empty string"),
-    (("key_converter",), ".", "key_converter='.': expected one of bytes, string, json or a dotted-path callable"),
+    (
+        ("key_converter",),
+        ".",
+        "key_converter='.': expected one of bytes, string, json, avro, protobuf, json_schema or a dotted-path callable",
+    ),
     (("transformations",), ["ok.fn", 3], "transformations[1]=3: expected a dotted-path callable"),
     (("transformations",), "a.b", "transformations='a.b': expected a list"),
     (("sink", "topic"), 7, "sink.topic=7: expected a Kafka topic name (a string)"),

@@ -1,0 +1,156 @@
+"""A Schema Registry client over the REST API, with a bounded cache of schemas by id (one client per process).
+
+Why not confluent-kafka's ``SchemaRegistryClient``: its module imports ``authlib`` and its
+Avro serde ``fastavro``, which the package's install does not bring, and a Spark executor
+needs only four requests. The settings are the same keys (``url``, ``basic.auth.user.info``,
+``ssl.*.location``, ``timeout``, ``cache.capacity``), the answers the same JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from typing import Any, Final
+
+from airflow_kerr.errors import mask_text
+from airflow_kerr.formats.exceptions import RegistryRequestError, RegistryUnavailable
+from airflow_kerr.formats.registry_settings import RegistrySettings
+from airflow_kerr.formats.schema_cache import SchemaCache
+
+#: Answers worth retrying: Confluent's ``toKafkaException`` makes 408, 500, 503 and 504 a TimeoutException,
+#: 502 a DisconnectException and 429 a quota exception, all retriable in Kafka's terms.
+RETRIABLE_STATUSES: Final = frozenset({408, 429, 500, 502, 503, 504})
+CONTENT_TYPE: Final = "application/vnd.schemaregistry.v1+json"
+
+_CLIENTS: dict[tuple[tuple[str, str], ...], RegistryClient] = {}
+
+
+def registry_client_for(settings: RegistrySettings) -> RegistryClient:
+    """The process's client for these settings: a Spark worker reuses it, and its cache, for every task."""
+    key = settings.cache_key()
+    client = _CLIENTS.get(key)
+    if client is None:
+        client = _CLIENTS[key] = RegistryClient(settings)
+    return client
+
+
+class RegistryClient:
+    """The requests the converters and the sink make; schemas by id are cached (``cache.capacity``).
+
+    ``requests`` counts the HTTP requests sent, so a test can see a schema fetched once.
+    """
+
+    def __init__(self, settings: RegistrySettings) -> None:
+        self.settings = settings
+        self.requests = 0
+        self.schemas: SchemaCache[dict[str, Any]] = SchemaCache(settings.cache_capacity)
+        #: Compiled codecs by (format, schema id), shared by every converter and sink of the process.
+        self.codecs: SchemaCache[Any] = SchemaCache(settings.cache_capacity)
+        self._headers = {"Accept": CONTENT_TYPE, "Content-Type": CONTENT_TYPE}
+        #: Every URL the settings name (comma-separated); a request that finds one out of reach tries the next.
+        self.base_urls = [self._base_url(url.strip().rstrip("/")) for url in settings.url.split(",") if url.strip()]
+        self._context = (
+            self._ssl_context(settings.client) if any(u.startswith("https://") for u in self.base_urls) else None
+        )
+
+    def _base_url(self, url: str) -> str:
+        """The URL without credentials (a ``URL`` credentials source turns them into the Authorization header)."""
+        client = self.settings.client
+        if client.get("basic.auth.credentials.source", "USER_INFO") == "URL":
+            parts = urllib.parse.urlsplit(url)
+            if parts.username is not None:
+                user_info = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+                self._headers["Authorization"] = "Basic " + base64.b64encode(user_info.encode()).decode()
+                host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+                url = urllib.parse.urlunsplit(parts._replace(netloc=host))
+        elif "basic.auth.user.info" in client:
+            encoded = base64.b64encode(str(client["basic.auth.user.info"]).encode()).decode()
+            self._headers["Authorization"] = f"Basic {encoded}"
+        return url
+
+    @staticmethod
+    def _ssl_context(client: Mapping[str, Any]) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=client.get("ssl.ca.location"))
+        if "ssl.certificate.location" in client:
+            context.load_cert_chain(
+                client["ssl.certificate.location"], client.get("ssl.key.location"), client.get("ssl.key.password")
+            )
+        return context
+
+    def schema_by_id(self, schema_id: int, fmt: str | None = None) -> dict[str, Any]:
+        """``GET /schemas/ids/{id}`` (``schema``, ``schemaType``, ``references``), once per id and format."""
+        query = f"?format={fmt}" if fmt else ""
+        return self.schemas.get_or_load(
+            (schema_id, fmt), lambda: self.request("GET", f"/schemas/ids/{schema_id}{query}")
+        )
+
+    def version(self, subject: str, version: int | str = "latest", fmt: str | None = None) -> dict[str, Any]:
+        """``GET /subjects/{subject}/versions/{version}``: ``id``, ``version``, ``schema``, ``schemaType``."""
+        query = f"?format={fmt}" if fmt else ""
+        return self.request("GET", f"/subjects/{_quote(subject)}/versions/{version}{query}")
+
+    def register(self, subject: str, schema: str, schema_type: str, references: list[Any] | None = None) -> int:
+        """``POST /subjects/{subject}/versions``: the schema's id (an existing one when the schema is known)."""
+        body: dict[str, Any] = {"schema": schema}
+        if schema_type != "AVRO":
+            body["schemaType"] = schema_type
+        if references:
+            body["references"] = references
+        answer = self.request("POST", f"/subjects/{_quote(subject)}/versions", body)
+        return int(answer["id"])
+
+    def lookup(self, subject: str, schema: str, schema_type: str) -> dict[str, Any]:
+        """``POST /subjects/{subject}``: the version under which the subject holds this schema."""
+        body: dict[str, Any] = {"schema": schema}
+        if schema_type != "AVRO":
+            body["schemaType"] = schema_type
+        return self.request("POST", f"/subjects/{_quote(subject)}", body)
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One request, to each URL in turn while they are out of reach; the last outage is raised.
+
+        An error answer raises :class:`RegistryRequestError`, an outage :class:`RegistryUnavailable`.
+        """
+        for base_url in self.base_urls[:-1]:
+            try:
+                return self._request(base_url, method, path, body)
+            except RegistryUnavailable:
+                continue
+        return self._request(self.base_urls[-1], method, path, body)
+
+    def _request(self, base_url: str, method: str, path: str, body: Any) -> Any:
+        self.requests += 1
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(base_url + path, data=data, method=method, headers=self._headers)
+        where = f"{method} {mask_text(base_url)}{path}"
+        try:
+            with urllib.request.urlopen(request, timeout=self.settings.timeout_s, context=self._context) as answer:
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            raise self._error_answer(error, where) from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+            reason = getattr(error, "reason", error)
+            raise RegistryUnavailable(f"{where}: {type(reason).__name__}: {reason}") from None
+        except ValueError as error:  # an answer that is not JSON: not a Schema Registry, or a proxy's page
+            raise RegistryRequestError(200, 50001, f"{where}: the answer is not JSON ({error})") from None
+
+    @staticmethod
+    def _error_answer(error: urllib.error.HTTPError, where: str) -> Exception:
+        status = error.code
+        try:
+            answer = json.loads(error.read() or b"{}")
+            code, message = int(answer.get("error_code", status)), str(answer.get("message", error.reason))
+        except (ValueError, AttributeError, TypeError):
+            code, message = status, str(error.reason)
+        if status in RETRIABLE_STATUSES:
+            return RegistryUnavailable(f"{where}: HTTP {status}: {message}; error code: {code}")
+        return RegistryRequestError(status, code, message)
+
+
+def _quote(subject: str) -> str:
+    return urllib.parse.quote(subject, safe="")
