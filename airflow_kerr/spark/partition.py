@@ -38,7 +38,15 @@ from airflow_kerr.kafka.metrics_topic import input_range_fields
 from airflow_kerr.spark.columns import BatchColumns
 from airflow_kerr.spark.failures import task_failure_text
 from airflow_kerr.spark.run_metrics import publish_metrics_record
-from airflow_kerr.spark.sinks import KafkaSink, ProducerChannel, make_sink, sink_class_name, sink_config
+from airflow_kerr.spark.sinks import (
+    FileSink,
+    KafkaSink,
+    ProducerChannel,
+    make_sink,
+    sink_class_name,
+    sink_config,
+    texts,
+)
 from airflow_kerr.spark.spec import PipelineSpec
 from airflow_kerr.spark.stages import (
     BatchRunner,
@@ -53,6 +61,8 @@ from airflow_kerr.spark.vectorized import VectorizedStages, uses_batch_transform
 LOG = logging.getLogger("airflow_kerr.spark.partition")
 # Allocations between two runs of the cyclic collector while a task processes (see few_collections).
 GC_FIRST_GENERATION_THRESHOLD = 50_000
+#: Converters whose keys and values are text or JSON's types (after :func:`texts` for ``bytes``).
+BUILT_IN_CONVERTERS = ("bytes", "string", "json")
 SUMMARY_FIELDS = ("topic", "partition", "first_offset", "last_offset", "records_in", "records_out", "metrics")
 
 
@@ -71,6 +81,14 @@ class PartitionProcessor:
         self.vectorized = uses_batch_transformations(self.transformations)
         self.sink = make_sink(spec.sink, self.channel, part_name)
         self.put_stage = PipelineStage(Stage.TASK_PUT, sink_class_name(spec.sink), sink_config(spec.sink))
+        #: A ``jsonl`` sink fed by built-in converters alone writes a batch's lines from its columns (put_columns).
+        self.lines_from_columns = (
+            not self.transformations
+            and isinstance(self.sink, FileSink)
+            and self.sink.kind == "jsonl"
+            and spec.key_converter in BUILT_IN_CONVERTERS
+            and spec.value_converter in BUILT_IN_CONVERTERS
+        )
         stages = [
             self.key_converter.stage,
             self.value_converter.stage,
@@ -142,11 +160,36 @@ class PartitionProcessor:
             done, _ = self.runner.run(self.put_stage, self.sink.put_pair, pairs, rows, source)
             self.records_out += len(done)
             return
+        if self.lines_from_columns and self._put_lines(columns, rows, keys, values):
+            self.records_out += len(rows)
+            return
         records = columns.pipeline_records(rows, keys, values)
         for stage, fn in self.transformations:
             records, rows = self.runner.run(stage, fn, records, rows, source)
             records, rows = drop_filtered(records, rows)
         self.records_out += self.put(records, rows, source)
+
+    def _put_lines(self, columns: BatchColumns, rows: list[int], keys: list[Any], values: list[Any]) -> bool:
+        """A ``jsonl`` sink's TASK_PUT of a batch from its columns, no record objects; False if it wrote nothing.
+
+        Nothing here runs a Python frame per record unless a line holds ``null`` (see
+        :meth:`FileSink.put_columns`); when the sink refuses the batch, the caller puts it
+        record by record, so each record still gets its own outcome under ``errors.*``.
+        """
+        sink = self.sink
+        assert isinstance(sink, FileSink)
+        if not rows:
+            return True
+        if self.spec.key_converter == "bytes":
+            keys = texts(keys)
+        if self.spec.value_converter == "bytes":
+            values = texts(values)
+        topics, partitions = columns.topics, columns.partitions
+        offsets, timestamps = columns.offsets, columns.timestamps
+        if len(rows) != len(offsets):
+            topics, partitions = [topics[row] for row in rows], [partitions[row] for row in rows]
+            offsets, timestamps = [offsets[row] for row in rows], [timestamps[row] for row in rows]
+        return sink.put_columns(keys, values, topics, partitions, offsets, timestamps)
 
     def put(self, records: list[PipelineRecord], rows: list[int], source: Callable[[int], SourceRecord]) -> int:
         """The TASK_PUT stage over a batch's records; returns how many were written.
