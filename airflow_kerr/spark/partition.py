@@ -178,8 +178,6 @@ class PartitionProcessor:
         """
         sink = self.sink
         assert isinstance(sink, FileSink)
-        if not rows:
-            return True
         if self.spec.key_converter == "bytes":
             keys = texts(keys)
         if self.spec.value_converter == "bytes":

@@ -403,6 +403,8 @@ class FileSink:
         """
         if _encode_lines is None or _encode_line is None or self.kind != "jsonl":
             return False
+        if not keys:
+            return True  # no lines: no chunk, so a task with none writes no file, as put() would
         lines = list(map(JsonLine, keys, values, topics, partitions, offsets, timestamps))
         try:
             text = _encode_lines(lines)

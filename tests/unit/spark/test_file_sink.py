@@ -144,3 +144,10 @@ def test_a_batch_msgspec_refuses_is_not_written_so_its_records_can_be_put_one_by
     lines = (tmp_path / "part-0.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["offset"] for line in lines] == [1, 2, 3, 4]
     assert json.loads(lines[3])["value"] == "\ud800"
+
+
+def test_an_empty_batch_writes_no_file(tmp_path: Path) -> None:
+    sink = FileSink(str(tmp_path), "jsonl", "part-0")
+    assert sink.put_columns([], [], [], [], [], [])
+    sink.flush()
+    assert list(tmp_path.iterdir()) == []
