@@ -46,6 +46,7 @@ from airflow_kerr.spark.columns import BatchColumns
 from airflow_kerr.spark.failures import task_failure_text
 from airflow_kerr.spark.run_metrics import publish_metrics_record
 from airflow_kerr.spark.sinks import (
+    FileSink,
     KafkaSink,
     ProducerChannel,
     RegistryKafkaSink,
@@ -53,6 +54,7 @@ from airflow_kerr.spark.sinks import (
     make_sink,
     sink_class_name,
     sink_config,
+    texts,
 )
 from airflow_kerr.spark.spec import PipelineSpec
 from airflow_kerr.spark.stages import (
@@ -70,6 +72,8 @@ LOG = logging.getLogger("airflow_kerr.spark.partition")
 GC_FIRST_GENERATION_THRESHOLD = 50_000
 #: The class a Connect sink task's errant record is reported under (``WorkerErrantRecordReporter``).
 ERRANT_RECORD_CLASS = "org.apache.kafka.connect.sink.SinkTask"
+#: Converters whose keys and values are text or JSON's types (after :func:`texts` for ``bytes``).
+BUILT_IN_CONVERTERS = ("bytes", "string", "json")
 SUMMARY_FIELDS = ("topic", "partition", "first_offset", "last_offset", "records_in", "records_out", "metrics")
 
 
@@ -89,6 +93,14 @@ class PartitionProcessor:
         self.vectorized = uses_batch_transformations(self.transformations)
         self.sink = make_sink(spec.sink, self.channel, part_name, registry)
         self.put_stage = PipelineStage(Stage.TASK_PUT, sink_class_name(spec.sink), sink_config(spec.sink))
+        #: A ``jsonl`` sink fed by built-in converters alone writes a batch's lines from its columns (put_columns).
+        self.lines_from_columns = (
+            not self.transformations
+            and isinstance(self.sink, FileSink)
+            and self.sink.kind == "jsonl"
+            and spec.key_converter in BUILT_IN_CONVERTERS
+            and spec.value_converter in BUILT_IN_CONVERTERS
+        )
         stages = [
             self.key_converter.stage,
             self.value_converter.stage,
@@ -163,19 +175,56 @@ class PartitionProcessor:
             values, rows = run(value.stage, value.fn, values, rows, source, fast=value.fast)
             if self.runner.dropped:
                 keys = without_positions(keys, self.runner.dropped)
-        if isinstance(self.sink, RegistryKafkaSink) and not self.transformations:
-            self.records_out += self.write_registry(keys, values, rows, source)
-            return
-        if not self.transformations and isinstance(self.sink, KafkaSink):
-            pairs = list(zip(keys, values, strict=True))
-            done, _ = self.runner.run(self.put_stage, self.sink.put_pair, pairs, rows, source)
-            self.records_out += len(done)
+        written = self._put_untransformed(columns, keys, values, rows, source)
+        if written is not None:
+            self.records_out += written
             return
         records = columns.pipeline_records(rows, keys, values)
         for stage, fn in self.transformations:
             records, rows = self.runner.run(stage, fn, records, rows, source)
             records, rows = drop_filtered(records, rows)
         self.records_out += self.put(records, rows, source)
+
+    def _put_untransformed(
+        self,
+        columns: BatchColumns,
+        keys: list[Any],
+        values: list[Any],
+        rows: list[int],
+        source: Callable[[int], SourceRecord],
+    ) -> int | None:
+        """TASK_PUT straight from the converted columns when no transformation runs; None when records are needed."""
+        if self.transformations:
+            return None
+        if isinstance(self.sink, RegistryKafkaSink):
+            return self.write_registry(keys, values, rows, source)
+        if isinstance(self.sink, KafkaSink):
+            pairs = list(zip(keys, values, strict=True))
+            done, _ = self.runner.run(self.put_stage, self.sink.put_pair, pairs, rows, source)
+            return len(done)
+        if self.lines_from_columns and self._put_lines(columns, rows, keys, values):
+            return len(rows)
+        return None
+
+    def _put_lines(self, columns: BatchColumns, rows: list[int], keys: list[Any], values: list[Any]) -> bool:
+        """A ``jsonl`` sink's TASK_PUT of a batch from its columns, no record objects; False if it wrote nothing.
+
+        Nothing here runs a Python frame per record unless a line holds ``null`` (see
+        :meth:`FileSink.put_columns`); when the sink refuses the batch, the caller puts it
+        record by record, so each record still gets its own outcome under ``errors.*``.
+        """
+        sink = self.sink
+        assert isinstance(sink, FileSink)
+        if self.spec.key_converter == "bytes":
+            keys = texts(keys)
+        if self.spec.value_converter == "bytes":
+            values = texts(values)
+        topics, partitions = columns.topics, columns.partitions
+        offsets, timestamps = columns.offsets, columns.timestamps
+        if len(rows) != len(offsets):
+            topics, partitions = [topics[row] for row in rows], [partitions[row] for row in rows]
+            offsets, timestamps = [offsets[row] for row in rows], [timestamps[row] for row in rows]
+        return sink.put_columns(keys, values, topics, partitions, offsets, timestamps)
 
     def put(self, records: list[PipelineRecord], rows: list[int], source: Callable[[int], SourceRecord]) -> int:
         """The TASK_PUT stage over a batch's records; returns how many were written.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -328,6 +329,39 @@ class RegistryKafkaSink(KafkaSink):
         self.serializer = serializer
 
 
+try:  # msgspec comes with Airflow; a bare Spark executor may lack it, and the json module then writes every line
+    import msgspec
+except ImportError:  # pragma: no cover - see above
+    msgspec = None  # type: ignore[assignment]
+
+if msgspec is not None:
+
+    class JsonLine(msgspec.Struct):
+        """One line of a ``jsonl`` file: the keys, in the order, that :meth:`FileSink.put`'s dict has."""
+
+        key: Any
+        value: Any
+        topic: str
+        partition: int
+        offset: int
+        timestamp: int | None
+
+
+#: A batch of lines in one C call, or None without msgspec.
+_encode_lines: Callable[[Any], bytes] | None = None if msgspec is None else msgspec.json.Encoder().encode_lines
+#: One line in a C call (the batch's records again, one by one, when its text holds a ``null``).
+_encode_line: Callable[[Any], bytes] | None = None if msgspec is None else msgspec.json.Encoder().encode
+
+
+#: Characters ``str.splitlines`` breaks a line at that JSON lets a string hold unescaped, as msgspec writes them
+#: (UTF-8) and as JSON escapes them. UTF-8 is self-synchronizing, so each sequence is that character wherever it is.
+_LINE_BREAKS_IN_STRINGS = (
+    ("\u0085".encode(), b"\\u0085"),
+    ("\u2028".encode(), b"\\u2028"),
+    ("\u2029".encode(), b"\\u2029"),
+)
+
+
 class FileSink:
     """Collects a partition task's good records and writes them as one file when the task flushes.
 
@@ -342,7 +376,8 @@ class FileSink:
         self.kind = kind
         self.part_name = part_name
         self.rows: list[dict[str, Any]] = []
-        self.lines: list[str] = []
+        #: The ``jsonl`` file's text so far, in chunks of whole lines (each ends with a newline), UTF-8.
+        self.chunks: list[bytes] = []
         self.encode_line = json_line_encoder()
 
     def put(self, record: PipelineRecord) -> None:
@@ -355,21 +390,68 @@ class FileSink:
             "timestamp": record.timestamp,
         }
         if self.kind == "jsonl":
-            self.lines.append(self.encode_line(row))
+            self.chunks.append(self.encode_line(row).encode("ascii") + b"\n")
         else:
             self.rows.append(row)
 
+    def put_columns(
+        self,
+        keys: list[Any],
+        values: list[Any],
+        topics: list[str],
+        partitions: list[int],
+        offsets: list[int],
+        timestamps: list[int | None],
+    ) -> bool:
+        """Write a batch's lines from its columns in C (msgspec), or return False having written nothing.
+
+        Only for keys and values a built-in converter made (``str``, and the ``dict``, ``list``,
+        ``str``, ``int``, ``float``, ``bool`` and ``None`` of JSON): msgspec would write a
+        transformation's ``bytes``, ``set`` or ``datetime`` where the json module refuses
+        them. A line holds the values :meth:`put`'s line holds; msgspec writes non-ASCII as
+        UTF-8 rather than ``\\u`` escapes, and ``null`` for a non-finite float, so a line
+        holding one is written by the json module instead (``NaN`` stays ``NaN``, as
+        :meth:`put` writes it); a batch is searched for one only when its text holds ``null``.
+        False when msgspec is missing or refuses a value (a lone surrogate, which UTF-8 cannot
+        hold; nesting too deep): the caller then puts the batch record by record. The line
+        breaks of Unicode other than ``\\n`` (U+0085, U+2028, U+2029) are escaped as
+        :meth:`put` escapes them, so ``str.splitlines`` splits the file into its records.
+        """
+        if _encode_lines is None or _encode_line is None or self.kind != "jsonl":
+            return False
+        if not keys:
+            return True  # no lines: no chunk, so a task with none writes no file, as put() would
+        lines = list(map(JsonLine, keys, values, topics, partitions, offsets, timestamps))
+        try:
+            text = _encode_lines(lines)
+            if b"null" in text and any(map(_line_holds_non_finite, lines)):
+                text = b"".join(map(self._line_keeping_non_finite, lines))
+            for character, escaped in _LINE_BREAKS_IN_STRINGS:
+                if character in text:
+                    text = text.replace(character, escaped)
+        except Exception:  # the record-by-record put gives each record its own outcome under errors.*
+            return False
+        self.chunks.append(text)
+        return True
+
+    def _line_keeping_non_finite(self, line: Any) -> bytes:
+        """msgspec's line, or the json module's when the record holds a non-finite float (``NaN``, not ``null``)."""
+        assert _encode_line is not None
+        if not _line_holds_non_finite(line):
+            return _encode_line(line) + b"\n"
+        row = {name: getattr(line, name) for name in line.__struct_fields__}
+        return self.encode_line(row).encode("ascii") + b"\n"
+
     def flush(self) -> None:
-        if not self.rows and not self.lines:
+        if not self.rows and not self.chunks:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         suffix = ".jsonl" if self.kind == "jsonl" else ".parquet"
         final = self.directory / f"{self.part_name}{suffix}"
         temporary = self.directory / f".{self.part_name}.{uuid.uuid4().hex}.tmp"
         if self.kind == "jsonl":
-            with open(temporary, "w", encoding="utf-8") as out:
-                out.write("\n".join(self.lines))
-                out.write("\n")
+            with open(temporary, "wb") as out:
+                out.writelines(self.chunks)
                 out.flush()
                 os.fsync(out.fileno())
         else:
@@ -379,7 +461,7 @@ class FileSink:
             pq.write_table(pa.Table.from_pylist(self.rows), temporary)
         os.replace(temporary, final)
         self.rows = []
-        self.lines = []
+        self.chunks = []
 
 
 class CallableSink:
@@ -395,6 +477,26 @@ class CallableSink:
     def flush(self) -> None:
         if callable(self.flush_fn):
             self.flush_fn()
+
+
+def _holds_non_finite(value: Any) -> bool:
+    """Whether a JSON value holds ``NaN`` or an infinity, which msgspec would write as ``null``."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(map(_holds_non_finite, value.values()))
+    if isinstance(value, list):
+        return any(map(_holds_non_finite, value))
+    return False
+
+
+def _line_holds_non_finite(line: Any) -> bool:
+    return _holds_non_finite(line.value) or _holds_non_finite(line.key)
+
+
+def texts(values: list[Any]) -> list[Any]:
+    """The ``bytes`` converter's keys or values as :meth:`FileSink.put` writes them: UTF-8, bad bytes replaced."""
+    return list(map(_text, values))
 
 
 def _text(value: Any) -> Any:
