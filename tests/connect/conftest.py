@@ -190,9 +190,14 @@ class FaultProxy:
         if lagging is not None:
             self._reply(handler, lagging[0], lagging[1], {"Content-Type": "application/json"})
             return
-        if method != "GET" and self._status_lag_s and split.path.count("/") >= 3:
-            self._remember_status(split.path)
+        lags = method != "GET" and self._status_lag_s and split.path.count("/") >= 3
+        before = self._status_before_write(split.path) if lags else None
         status, payload, headers = self._forward(method, handler.path, dict(handler.headers.items()), body)
+        if before is not None:
+            # The lag runs from the write's answer, not from its arrival: on a loaded machine the write
+            # itself may take seconds, and a client's wait only starts once it has the answer.
+            with self._lock:
+                self._lagging[self._connector_of(split.path)] = (time.monotonic() + self._status_lag_s, *before)
         self._reply(handler, status, payload, headers)
 
     def _forward(
@@ -212,17 +217,15 @@ class FaultProxy:
     def _connector_of(self, path: str) -> str:
         return path.split("/")[2]
 
-    def _remember_status(self, path: str) -> None:
-        """Keep showing the status from before the first write of a lag window until ``lag_s`` after the last."""
+    def _status_before_write(self, path: str) -> tuple[int, bytes]:
+        """The status to keep showing: from before the first write of a lag window still open, else now's."""
         name = self._connector_of(path)
         with self._lock:
             active = self._lagging.get(name)
         if active is not None and active[0] >= time.monotonic():
-            status, payload = active[1], active[2]
-        else:
-            status, payload, _ = self._forward("GET", f"/connectors/{name}/status", {}, b"")
-        with self._lock:
-            self._lagging[name] = (time.monotonic() + self._status_lag_s, status, payload)
+            return active[1], active[2]
+        status, payload, _ = self._forward("GET", f"/connectors/{name}/status", {}, b"")
+        return status, payload
 
     def _lagging_status(self, method: str, path: str) -> tuple[int, bytes] | None:
         if method != "GET" or not path.endswith("/status") or path.count("/") != 3:
