@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import fields, replace
 from typing import Any
 
 import pyarrow as pa
@@ -37,6 +38,7 @@ from airflow_kerr.errors import (
 from airflow_kerr.kafka.metrics_topic import input_range_fields
 from airflow_kerr.spark.columns import BatchColumns
 from airflow_kerr.spark.failures import task_failure_text
+from airflow_kerr.spark.outage import Outage, OutageDetector, OutageTripped, outage_record_fields
 from airflow_kerr.spark.run_metrics import publish_metrics_record
 from airflow_kerr.spark.sinks import KafkaSink, ProducerChannel, make_sink, sink_class_name, sink_config
 from airflow_kerr.spark.spec import PipelineSpec
@@ -53,7 +55,16 @@ from airflow_kerr.spark.vectorized import VectorizedStages, uses_batch_transform
 LOG = logging.getLogger("airflow_kerr.spark.partition")
 # Allocations between two runs of the cyclic collector while a task processes (see few_collections).
 GC_FIRST_GENERATION_THRESHOLD = 50_000
-SUMMARY_FIELDS = ("topic", "partition", "first_offset", "last_offset", "records_in", "records_out", "metrics")
+SUMMARY_FIELDS = (
+    "topic",
+    "partition",
+    "first_offset",
+    "last_offset",
+    "records_in",
+    "records_out",
+    "metrics",
+    "outage",
+)
 
 
 class PartitionProcessor:
@@ -78,13 +89,16 @@ class PartitionProcessor:
             self.put_stage,
         ]
         reporters: list[ErrorReporter] = [LogReporter(self.config, self.metrics, logger=LOG, job_config=spec.kafka)]
+        #: With errors.outage.enable, the judge of each batch; its DLQ records wait in ``held`` for the verdict.
+        self.outage: OutageDetector | None = OutageDetector(self.config) if self.config.outage_enable else None
+        self.held: list[DeadLetterQueueRecord] = []
+        self.tripped: Outage | None = None
+        if self.outage is not None:
+            reporters.append(self.outage)
         if self.config.dlq_topic_name:
             self.channel.open_dead_letters()  # its producer id arrives while the first batch is fetched
-            reporters.append(
-                DeadLetterQueueReporter(
-                    self.config, self.metrics, self.channel.send_dead_letter, group=spec.source.group_id
-                )
-            )
+            send = self.channel.send_dead_letter if self.outage is None else self.held.append
+            reporters.append(DeadLetterQueueReporter(self.config, self.metrics, send, group=spec.source.group_id))
         self.retry = RetryWithTolerance(
             self.config, self.metrics, reporters, task=TaskId(spec.name, spec.task_id), stages=stages
         )
@@ -109,8 +123,47 @@ class PartitionProcessor:
         """Run every stage over one Arrow batch of source records, then serve the delivery reports that came in."""
         if batch.num_rows == 0:
             return
-        self._process(batch)
+        if self.outage is None:
+            self._process(batch)
+        else:
+            # Judged by ``batch_size`` records: a trip then costs the next run at most that many re-read.
+            for start in range(0, batch.num_rows, self.spec.batch_size):
+                self._process_judged(batch.slice(start, self.spec.batch_size), self.outage)
         self.channel.serve_delivery_reports()
+
+    def _process_judged(self, batch: Any, outage: OutageDetector) -> None:
+        """One batch under the outage breaker: its DLQ records are held until it is judged clean.
+
+        The put paths judge the batch before they write (:meth:`judge`), and the whole batch
+        is judged again after the put; a trip undoes the batch's counters and drops its held
+        DLQ records and a file sink's rows, then raises :class:`OutageTripped`.
+        """
+        before = replace(self.metrics)
+        marks = (self.records_out, self.first_offset, self.last_offset, len(getattr(self.sink, "rows", ())))
+        offsets = batch.column("offset").to_pylist()
+        outage.begin_batch(offsets, batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py())
+        try:
+            self._process(batch)
+            outage.judge()
+        except OutageTripped as trip:
+            for f in fields(ErrorMetrics):
+                setattr(self.metrics, f.name, getattr(before, f.name))
+            self.records_out, self.first_offset, self.last_offset = marks[:3]
+            rows = getattr(self.sink, "rows", None)
+            if isinstance(rows, list):
+                del rows[marks[3] :]
+            self.held.clear()
+            outage.forget_batch()
+            self.tripped = trip.outage
+            raise
+        held, self.held[:] = list(self.held), []
+        for record in held:
+            self.channel.send_dead_letter(record)
+
+    def judge(self) -> None:
+        """Before a put writes: raise :class:`OutageTripped` when the batch so far is an outage."""
+        if self.outage is not None:
+            self.outage.judge()
 
     def _process(self, batch: Any) -> None:
         """Every stage over one batch that has records: the vectorized path, or one stage at a time over the batch."""
@@ -138,6 +191,7 @@ class PartitionProcessor:
             if self.runner.dropped:
                 keys = without_positions(keys, self.runner.dropped)
         if not self.transformations and isinstance(self.sink, KafkaSink):
+            self.judge()
             pairs = list(zip(keys, values, strict=True))
             done, _ = self.runner.run(self.put_stage, self.sink.put_pair, pairs, rows, source)
             self.records_out += len(done)
@@ -156,6 +210,7 @@ class PartitionProcessor:
         pass is the record's put failure, as it is in one ``put``.
         """
         sink = self.sink
+        self.judge()
         if not isinstance(sink, KafkaSink):
             done, _ = self.runner.run(self.put_stage, sink.put, records, rows, source)
             return len(done)
@@ -171,6 +226,7 @@ class PartitionProcessor:
         path with the bytes it read or encoded by column.
         """
         sink = self.sink
+        self.judge()
         if not isinstance(sink, KafkaSink):
             raise TypeError(f"write_encoded writes to a Kafka sink; this task's sink is {type(sink).__name__}")
         fast = sink.produce_value_key
@@ -178,10 +234,24 @@ class PartitionProcessor:
         return len(done)
 
     def finish(self) -> dict[str, Any]:
-        """Flush sink output, DLQ records and this task's metrics record; return the task summary."""
+        """Flush sink output, DLQ records and this task's metrics record; return the task summary.
+
+        After a trip the clean batches' output is flushed the same way, the task's record says
+        ``state="outage"``, and an outage record (``scope="outage"``) follows for the guard.
+        """
         self.sink.flush()
         self.channel.flush()
-        self.publish_metrics(state="success")
+        self.publish_metrics(state="success" if self.tripped is None else "outage")
+        if self.tripped is not None:
+            publish_metrics_record(
+                self.channel,
+                self.spec,
+                self.metrics,
+                task=self.spec.task_id,
+                run_id=self.run_id,
+                started_ms=self.started_ms,
+                **outage_record_fields(self.tripped),
+            )
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -189,6 +259,7 @@ class PartitionProcessor:
             "last_offset": self.last_offset if self.last_offset is not None else -1,
             "records_in": self.metrics.records_in,
             "records_out": self.records_out,
+            "outage": "" if self.tripped is None else self.tripped.to_json(),
         }
 
     def publish_metrics(self, state: str) -> None:
@@ -255,9 +326,13 @@ def _process_task(batches: Iterator[Any], spec_json: str, run_id: str) -> dict[s
     spec = PipelineSpec.from_json(spec_json)
     processor = PartitionProcessor(spec, run_id, part_name=f"part-{run_id}-{uuid.uuid4().hex[:8]}")
     try:
-        with few_collections():
-            for batch in batches:
-                processor.process(batch)
+        try:
+            with few_collections():
+                for batch in batches:
+                    processor.process(batch)
+        except OutageTripped as trip:
+            # Not a task failure: Spark would run the task again and write the clean batches twice.
+            LOG.error("%s", trip)
         summary = processor.finish()
     except Exception as error:
         raise processor.fail(error) from error
@@ -295,6 +370,7 @@ def _summary_arrow_schema() -> Any:
             ("records_in", pa.int64()),
             ("records_out", pa.int64()),
             ("metrics", pa.binary()),
+            ("outage", pa.string()),
         ]
     )
 
