@@ -1,7 +1,8 @@
 """Read the job's metrics records back from the metrics topic, counting each input once.
 
 The job publishes one JSON record per partition task (``scope="task"``) and one
-per run (``scope="run"``), keyed by pipeline name. Readers start at the first
+per run (``scope="run"``), keyed by pipeline name; a task that tripped ``errors.outage.*``
+adds one ``scope="outage"`` record naming the cause. Readers start at the first
 offset at or after a timestamp (ListOffsets by time), so they never scan the
 whole topic.
 
@@ -30,6 +31,8 @@ SOURCE_TOPIC = "source_topic"
 SOURCE_PARTITION = "source_partition"
 START_OFFSET = "start_offset"
 END_OFFSET = "end_offset"
+#: The ``scope`` of the record a task publishes when its batch tripped ``errors.outage.*``: the guard's outage event.
+OUTAGE_SCOPE = "outage"
 
 
 @dataclass(frozen=True)

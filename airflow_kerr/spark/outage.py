@@ -29,9 +29,7 @@ from typing import Any
 
 from airflow_kerr.errors import ErrorContext, ErrorHandlingConfig
 from airflow_kerr.errors.config import OUTAGE_ENABLE
-
-#: The ``scope`` of the metrics-topic record a trip publishes: the guard's "outage" event.
-OUTAGE_SCOPE = "outage"
+from airflow_kerr.kafka.metrics_topic import OUTAGE_SCOPE
 
 
 @dataclass(frozen=True)

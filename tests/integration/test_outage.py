@@ -23,6 +23,9 @@ from airflow_kerr.errors import parse_dead_letter
 from airflow_kerr.examples.lookup import LOOKUP_TIMEOUT_ENV, LOOKUP_URL_ENV
 from airflow_kerr.kafka.metrics_topic import read_metrics_records
 from airflow_kerr.kafka.offsets import read_to_end
+from airflow_kerr.kafka.tolerance import ToleranceSpec, ToleranceWatch, reading_with_limits
+from airflow_kerr.notifiers.breach_message import BreachMessage
+from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.spark.driver import OutageDetected, run_job
 from airflow_kerr.spark.spec import PipelineSpec
 
@@ -175,6 +178,24 @@ def check_rerun(kafka_config: dict[str, Any], topic: str) -> None:
     assert committed(kafka_config, f"{topic}-group", topic) == RECORDS
 
 
+def check_the_guard_sees_an_outage(kafka_config: dict[str, Any], topic: str) -> None:
+    """The guard's watch (its sensors' and triggers') breaches on the outage record, not on the error rate,
+    and the alert says outage, not poison."""
+    spec = ToleranceSpec(max_error_rate=0.5, pipeline="lookup_pipeline", metrics_topic=f"{topic}.metrics")
+    breached, reading = ToleranceWatch(kafka_config=kafka_config, wait_for="breach", spec=spec).check()
+
+    assert breached and reading is not None and reading.error_rate < 0.5
+    assert reading.outage is not None and reading.outage["first_offset"] == 462
+    details = ToleranceBreachNotifier(reading=reading_with_limits(reading.as_dict(), spec, "breach")).details({})
+    message = BreachMessage.of(details)
+    assert message.summary.startswith(
+        "Outage in pipeline lookup_pipeline: urllib.error.URLError at stage TRANSFORMATION"
+    )
+    assert f"first at {topic}-0@462" in message.summary and "Tolerance breached" not in message.text
+    assert message.subject == "[kerr] outage in lookup_pipeline"
+    assert message.webhook_payload()["kerr"]["event"] == "outage"
+
+
 def test_a_lookup_service_stopped_mid_run_fails_the_task_and_a_rerun_loses_nothing(
     spark: Any, kafka_config: dict[str, Any], orders_topic: str, lookup_env: Callable[[str, float], None]
 ) -> None:
@@ -200,6 +221,7 @@ def test_a_lookup_service_stopped_mid_run_fails_the_task_and_a_rerun_loses_nothi
     task = [r for r in records if r.get("scope") == "task"]
     assert [r["state"] for r in task] == ["outage"]
     assert task[0]["records_in"] == 400 and task[0]["total-records-skipped"] == len(poison_below(400))
+    check_the_guard_sees_an_outage(kafka_config, topic)
 
     restarted = LookupService(stop_after=None, port=service.port)
     try:
