@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -36,6 +37,7 @@ from airflow_kerr.local.broker import (
 )
 from airflow_kerr.local.connect_worker import ConnectWorker
 from airflow_kerr.local.orders_example import CONNECTOR, OUTPUT_FILE, TOPICS, add_sink_connector
+from airflow_kerr.local.process import StopTarget, stop_stack
 from airflow_kerr.local.state import DAGS_FOLDER_ENV, dags_folder, state_dir
 
 GUARD_TIMEOUT_S = 600
@@ -272,7 +274,8 @@ def run_story(bootstrap: str, connect: ConnectWorker, receiver: AlertReceiver) -
         wait("recovery: the guard to resume orders-sink", lambda: guard.poll() is not None, GUARD_TIMEOUT_S)
     finally:
         if guard.poll() is None:
-            guard.terminate()
+            # With its tree (the DAG's sensors run in it), killed after a short grace if need be.
+            print(f"    tolerance guard: {stop_stack([StopTarget('tolerance guard', guard)])}", flush=True)
     guard_ok = guard.returncode == 0 and connector_state(connect) == "RUNNING"
     print(f"    orders-sink is {connector_state(connect)}; guard run {'succeeded' if guard_ok else 'FAILED'}")
     runs = [first_metrics, second_metrics]
@@ -343,11 +346,22 @@ def main(argv: list[str] | None = None) -> int:
         configure_airflow(directory / "airflow", bootstrap, connect.port, dags)
         return run_story(bootstrap, connect, receiver)
     finally:
+        # A second Ctrl-C must not cut the stop short and leave the JVM or the broker behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         receiver.stop()
-        if connect is not None:
-            connect.stop()
-        if broker is not None:
-            broker.stop()
+        stop_demo_stack(connect, broker)
+
+
+def stop_demo_stack(connect: ConnectWorker | None, broker: LocalBroker | None) -> None:
+    """Kafka Connect, then the broker, within 10 s (:func:`stop_stack`); say what had to be killed."""
+    report = stop_stack(
+        connect.stop_targets("kafka-connect") if connect is not None else [],
+        broker.stop_targets("broker") if broker is not None else [],
+    )
+    for launcher in (connect, broker):
+        if launcher is not None:
+            launcher.forget()
+    print(f"kerr demo: {report}", flush=True)
 
 
 if __name__ == "__main__":

@@ -283,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         # A second Ctrl-C must not cut the shutdown short and leave components behind.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        ui.stop()
+        report = ui.stop()
+        if report is not None:
+            print(f"kerr ui: {report}", flush=True)
     return code
 
 
