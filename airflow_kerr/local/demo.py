@@ -345,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
         step("preparing an isolated Airflow under .kerr/demo (SQLite, examples off)")
         configure_airflow(directory / "airflow", bootstrap, connect.port, dags)
         return run_story(bootstrap, connect, receiver)
+    except KeyboardInterrupt:
+        print("\nkerr demo: Ctrl-C, stopping Kafka Connect and the broker ...", flush=True)
+        return 130
     finally:
         # A second Ctrl-C must not cut the stop short and leave the JVM or the broker behind.
         signal.signal(signal.SIGINT, signal.SIG_IGN)

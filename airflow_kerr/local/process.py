@@ -411,12 +411,11 @@ class Launcher:
         self._stopped()
 
     def stop(self, timeout_s: float | None = None) -> None:
-        """Stop the children, the last started first, each with its tree; kill what outlives ``timeout_s``."""
+        """Stop the children together, each with its tree; kill what outlives ``timeout_s`` (:func:`stop_stack`)."""
         grace_s = self.stop_timeout_s if timeout_s is None else timeout_s
-        for process in reversed(self.processes):
-            stop_tree(process, grace_s=grace_s)
-        self.processes = []
-        self._stopped()
+        # All at once (a Spark master and its workers): one grace for the launcher, not one per child.
+        stop_stack(self.stop_targets(type(self).__name__), clients_grace_s=grace_s)
+        self.forget()
 
     def _stopped(self) -> None:
         """Clean up after the children are gone (also after a start that failed before any ran)."""

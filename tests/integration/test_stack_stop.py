@@ -1,4 +1,4 @@
-"""Ctrl-C in ``make ui`` and ``kerr local down`` leave no process of the stack behind, within the stop's deadline.
+"""Ctrl-C in ``make ui`` and ``make demo``, and ``kerr local down``, leave no process of the stack behind.
 
 Real parts: the command's whole stack (embedded broker, a Kafka Connect JVM, ``airflow
 standalone`` and its components), started by the command as a person starts it. The
@@ -11,6 +11,7 @@ the stop takes is measured in ``benchmarks/stack_stop.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -43,6 +44,21 @@ def unlikely_port() -> int:
     """A free port below the ephemeral range: one the stack's own servers (ephemeral ports) cannot take first."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     return next(port for port in range(low - 3000, low) if port_free(port))
+
+
+def wait_for_commands(command: subprocess.Popen[bytes], wanted: list[str], timeout_s: float = 120) -> list[Process]:
+    """The processes below ``command`` once each of ``wanted`` is in one of their command lines."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stack = process_tree(command.pid)[1:]
+        lines = []
+        for pid, _ in stack:
+            with contextlib.suppress(OSError):
+                lines.append(Path(f"/proc/{pid}/cmdline").read_text(errors="replace"))
+        if all(any(word in line for line in lines) for word in wanted):
+            return stack
+        assert command.poll() is None and time.monotonic() < deadline, f"no {wanted} below the command: {lines}"
+        time.sleep(0.1)
 
 
 def start_ui(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
@@ -93,3 +109,31 @@ def test_kerr_local_down_leaves_no_process_of_the_stack(tmp_path: Path) -> None:
     assert (report := REPORT.search(stopped.stdout)), stopped.stdout
     left = [process for process in stack if pid_alive(process)]
     assert not left, f"left running after down ({report.group(0)}): {left}"
+
+
+def test_ctrl_c_in_make_demo_leaves_no_process_of_the_stack(tmp_path: Path) -> None:
+    """The Ctrl-C comes while the demo's Connect JVM starts: the demo stops it and the broker, then reports."""
+    log = tmp_path / "demo.out"
+    env = {**os.environ, "KERR_HOME": str(tmp_path / "state")}
+    with open(log, "wb") as out:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "airflow_kerr.local.demo"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        wait_for_line(log, "starting Kafka Connect", demo, timeout_s=300)
+        stack = wait_for_commands(demo, ["ConnectDistributed", "noida"])
+
+        os.killpg(demo.pid, signal.SIGINT)
+        assert demo.wait(timeout=120) == 130
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+    output = log.read_text(errors="replace")
+    assert (report := REPORT.search(output)), output[-2000:]
+    left = [process for process in stack if pid_alive(process)]
+    assert not left, f"left running after the stop ({report.group(0)}): {left}"
