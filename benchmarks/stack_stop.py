@@ -37,6 +37,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 REPORT = re.compile(r"stopped in \d+\.\d s(?:, every process cleanly|; killed after the grace: (.+))")
 
 
+class StopHung(Exception):
+    """The command did not exit after the signal: a defect to look at, never a start to try again."""
+
+
 def gone_at(stack: list[Process], timeout_s: float = 120.0) -> float:
     """The monotonic time the last of ``stack`` was seen gone."""
     deadline = time.monotonic() + timeout_s
@@ -73,7 +77,12 @@ def ui_cycle(work: Path, meter: CpuMeter) -> dict[str, Any]:
     command = [sys.executable, "-m", "airflow_kerr.local.ui", "--home", str(work / "ui"), "--port"]
     with open(log, "wb") as out:
         ui = subprocess.Popen(
-            [*command, str(unlikely_port())], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            [*command, str(unlikely_port())],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # A stop that hangs is shown, not guessed: SIGABRT then dumps every thread's Python stack.
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )
     try:
         deadline = time.monotonic() + 600
@@ -87,7 +96,14 @@ def ui_cycle(work: Path, meter: CpuMeter) -> dict[str, Any]:
         stack = process_tree(ui.pid)
         signalled = time.monotonic()
         os.killpg(ui.pid, signal.SIGINT)
-        ui.wait(timeout=120)
+        try:
+            ui.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.kill(ui.pid, signal.SIGABRT)
+            ui.wait(timeout=10)
+            kept = RESULTS / "stack_stop_hang.log"
+            kept.write_bytes(log.read_bytes())
+            raise StopHung(f"make ui did not exit within 60 s of the SIGINT; its output is in {kept}") from None
         exited = time.monotonic()
         last = gone_at(stack)
     finally:

@@ -61,6 +61,7 @@ class LookupService:
 
         HTTPServer.request_queue_size = 4096  # a hung service still accepts every connection: each read times out
         self.server = HTTPServer(("127.0.0.1", port), Handler)
+        self.server.timeout = 0.1  # handle_request returns this often without a request, so close() is heard
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -76,9 +77,9 @@ class LookupService:
 
     def close(self) -> None:
         if self.stop_after is None or self.answered < self.stop_after:
-            self.stop_after = self.answered  # the next handle_request returns on its timeout
-        self.server.timeout = 0.1
+            self.stop_after = self.answered  # the serving loop ends at its next look
         self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the lookup service did not stop"
         self.server.server_close()
 
 
