@@ -37,6 +37,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 REPORT = re.compile(r"stopped in \d+\.\d s(?:, every process cleanly|; killed after the grace: (.+))")
 
 
+def signal_masks(pid: int) -> str:
+    """The process's blocked, ignored and caught signal masks, as /proc shows them."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return ", ".join(line.replace("\t", " ") for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+
+
 class StopHung(Exception):
     """The command did not exit after the signal: a defect to look at, never a start to try again."""
 
@@ -94,6 +100,7 @@ def ui_cycle(work: Path, meter: CpuMeter) -> dict[str, Any]:
         # recorded: during the stop itself, killed processes' CPU leaves this process tree's count.
         load = settled_load(meter)
         stack = process_tree(ui.pid)
+        masks = signal_masks(ui.pid)
         signalled = time.monotonic()
         os.killpg(ui.pid, signal.SIGINT)
         try:
@@ -103,7 +110,9 @@ def ui_cycle(work: Path, meter: CpuMeter) -> dict[str, Any]:
             ui.wait(timeout=10)
             kept = RESULTS / "stack_stop_hang.log"
             kept.write_bytes(log.read_bytes())
-            raise StopHung(f"make ui did not exit within 60 s of the SIGINT; its output is in {kept}") from None
+            raise StopHung(
+                f"make ui did not exit within 60 s of the SIGINT ({masks}); its output is in {kept}"
+            ) from None
         exited = time.monotonic()
         last = gone_at(stack)
     finally:

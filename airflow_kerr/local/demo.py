@@ -325,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     directory = state_dir() / "demo"
     directory.mkdir(parents=True, exist_ok=True)
+    # Stop on SIGINT even when it was ignored at start (a background job of a script), as make ui does.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     external = resolve_bootstrap_servers()
     broker = None
     connect = None

@@ -62,12 +62,20 @@ def wait_for_commands(command: subprocess.Popen[bytes], wanted: list[str], timeo
 
 
 def start_ui(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    """``make ui``'s command, in a process group of its own as a terminal's foreground job is."""
+    """``make ui``'s command, in a process group of its own as a terminal's foreground job is.
+
+    It starts with SIGINT ignored, as a job a script puts in the background does (Python then
+    keeps it ignored): the command must still stop on it.
+    """
     log = tmp_path / "ui.out"
     command = [sys.executable, "-m", "airflow_kerr.local.ui", "--home", str(tmp_path / "ui"), "--port"]
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [*command, str(unlikely_port())], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            [*command, str(unlikely_port())],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )
     return process, log
 
