@@ -39,6 +39,11 @@ DLQ_HEADER_FORMAT = "errors.deadletterqueue.header.format"
 DLQ_COPY_RECORD_ENABLE = "errors.deadletterqueue.copy.record.enable"
 DLQ_TOPIC_NAME_PREFIX = "errors.deadletterqueue.topic.name.prefix"
 DLQ_AUTO_CREATE_TOPICS_ENABLE = "errors.deadletterqueue.auto.create.topics.enable"
+# Our extension, off by default: failures that look like an outage fail the task instead of filling the DLQ.
+OUTAGE_ENABLE = "errors.outage.enable"
+OUTAGE_CONSECUTIVE_FAILURES = "errors.outage.consecutive.failures"
+OUTAGE_BATCH_FAILURE_PERCENT = "errors.outage.batch.failure.percent"
+OUTAGE_BATCH_MIN_RECORDS = "errors.outage.batch.min.records"
 
 #: Named windows accepted by ``errors.tolerance.rate.duration``, in milliseconds.
 RATE_DURATIONS_MS: Mapping[str, int] = {"minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
@@ -224,6 +229,20 @@ def _rate_duration(value: object) -> int:
     return parsed
 
 
+def _consecutive_failures(value: object) -> int:
+    return _parse_int(
+        value, 0, INT_MAX, f"0 (rule off) or a number of failed records in a row >= 1 (at most {INT_MAX})"
+    )
+
+
+def _failure_percent(value: object) -> int:
+    return _parse_int(value, 0, 100, "0..100: a batch trips when more than this percent of it failed; 100 turns it off")
+
+
+def _min_records(value: object) -> int:
+    return _parse_int(value, 1, INT_MAX, f"a number of records >= 1 (at most {INT_MAX})")
+
+
 def topic_name_problem(name: str, *, internal_allowed: bool = False) -> str | None:
     """What Kafka would reject in ``name`` as a topic name, or ``None`` when it is legal.
 
@@ -295,6 +314,10 @@ _KEYS: dict[str, _Key] = {
     DLQ_COPY_RECORD_ENABLE: _Key("dlq_copy_record_enable", _parse_bool, _bool_text),
     DLQ_TOPIC_NAME_PREFIX: _Key("dlq_topic_name_prefix", _dlq_prefix, str),
     DLQ_AUTO_CREATE_TOPICS_ENABLE: _Key("dlq_auto_create_topics_enable", _parse_bool, _bool_text),
+    OUTAGE_ENABLE: _Key("outage_enable", _parse_bool, _bool_text),
+    OUTAGE_CONSECUTIVE_FAILURES: _Key("outage_consecutive_failures", _consecutive_failures, str),
+    OUTAGE_BATCH_FAILURE_PERCENT: _Key("outage_batch_failure_percent", _failure_percent, str),
+    OUTAGE_BATCH_MIN_RECORDS: _Key("outage_batch_min_records", _min_records, str),
 }
 
 
@@ -349,6 +372,10 @@ class ErrorHandlingConfig:
     dlq_copy_record_enable: bool = True
     dlq_topic_name_prefix: str = ""
     dlq_auto_create_topics_enable: bool = True
+    outage_enable: bool = False
+    outage_consecutive_failures: int = 100
+    outage_batch_failure_percent: int = 50
+    outage_batch_min_records: int = 100
     source_topics: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -467,7 +494,7 @@ class ErrorHandlingConfig:
     def _cross_key_problems_of(
         cls, values: Mapping[str, Any], topics: frozenset[str], already_bad: set[str]
     ) -> list[ConfigProblem]:
-        problems: list[ConfigProblem] = []
+        problems: list[ConfigProblem] = cls._outage_problems_of(values, already_bad)
         topic = values["dlq_topic_name"]
         if not topic or DLQ_TOPIC_NAME in already_bad:
             return problems
@@ -494,3 +521,41 @@ class ErrorHandlingConfig:
                 )
             )
         return problems
+
+    @staticmethod
+    def _outage_problems_of(values: Mapping[str, Any], already_bad: set[str]) -> list[ConfigProblem]:
+        """``errors.outage.enable=true`` needs tolerance ``all`` (``none`` fails on the first error) and a rule."""
+        if values["outage_enable"] is not True or OUTAGE_ENABLE in already_bad:
+            return []
+        problems: list[ConfigProblem] = []
+        if values["tolerance"] is not ToleranceType.ALL and ERRORS_TOLERANCE not in already_bad:
+            problems.append(
+                ConfigProblem(
+                    OUTAGE_ENABLE,
+                    True,
+                    f"expected false unless {ERRORS_TOLERANCE}='all': with 'none' the first failed record "
+                    "fails the task already",
+                )
+            )
+        rules_known = not {OUTAGE_CONSECUTIVE_FAILURES, OUTAGE_BATCH_FAILURE_PERCENT} & already_bad
+        if rules_known and values["outage_consecutive_failures"] == 0 and values["outage_batch_failure_percent"] == 100:
+            problems.append(
+                ConfigProblem(
+                    OUTAGE_ENABLE,
+                    True,
+                    f"expected false when both rules are off ({OUTAGE_CONSECUTIVE_FAILURES}=0 and "
+                    f"{OUTAGE_BATCH_FAILURE_PERCENT}=100): nothing could trip",
+                )
+            )
+        return problems
+
+    @property
+    def outage_rules(self) -> str:
+        """The outage rules in words, for the failure message and the logs."""
+        rules = []
+        if self.outage_consecutive_failures:
+            rules.append(f"{self.outage_consecutive_failures} failed records in a row (same class, same stage)")
+        if self.outage_batch_failure_percent < 100:
+            percent, least = self.outage_batch_failure_percent, self.outage_batch_min_records
+            rules.append(f"more than {percent}% of a batch of >= {least} records")
+        return " or ".join(rules)

@@ -1,7 +1,8 @@
 """Read the job's metrics records back from the metrics topic, counting each input once.
 
 The job publishes one JSON record per partition task (``scope="task"``) and one
-per run (``scope="run"``), keyed by pipeline name. Readers start at the first
+per run (``scope="run"``), keyed by pipeline name; a task that tripped ``errors.outage.*``
+adds one ``scope="outage"`` record naming the cause. Readers start at the first
 offset at or after a timestamp (ListOffsets by time), so they never scan the
 whole topic.
 
@@ -43,6 +44,8 @@ SEQ = "seq"
 INTERIM = "interim"
 
 R = TypeVar("R", bound=Mapping[str, Any])
+#: The ``scope`` of the record a task publishes when its batch tripped ``errors.outage.*``: the guard's outage event.
+OUTAGE_SCOPE = "outage"
 
 
 @dataclass(frozen=True)

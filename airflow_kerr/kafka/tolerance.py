@@ -16,6 +16,7 @@ from typing import Any
 from airflow_kerr.errors.metrics import TOTAL_RECORD_ERRORS
 from airflow_kerr.kafka.dead_letters import dlq_end_offsets
 from airflow_kerr.kafka.metrics_topic import (
+    OUTAGE_SCOPE,
     MetricsFollower,
     count_inputs_once,
     latest_per_attempt,
@@ -24,6 +25,8 @@ from airflow_kerr.kafka.metrics_topic import (
 from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_partitions
 
 WAIT_FOR = ("breach", "recovery")
+#: The metrics records a tolerance window reads: the tasks' counters and the outages they reported.
+WINDOW_SCOPES = ("task", OUTAGE_SCOPE)
 SOURCES = ("metrics", "dlq")
 
 
@@ -189,13 +192,17 @@ class ToleranceReading:
     window_start_ms: int
     window_end_ms: int
     source: str
+    #: The newest outage the job reported in the window (its ``scope="outage"`` record's ``outage``), if any.
+    outage: dict[str, Any] | None = None
 
     @property
     def error_rate(self) -> float:
         return self.errors / self.records_in if self.records_in else 0.0
 
     def breaches(self, max_error_rate: float | None, max_errors: int | None, min_records: int) -> bool:
-        """A count limit always applies; a rate limit only once the window saw ``min_records``."""
+        """An outage the job reported, a count limit, or a rate limit once the window saw ``min_records``."""
+        if self.outage is not None:
+            return True
         if max_errors is not None and self.errors > max_errors:
             return True
         return max_error_rate is not None and self.records_in >= min_records and self.error_rate > max_error_rate
@@ -208,7 +215,7 @@ class ToleranceReading:
             "window_start_ms": self.window_start_ms,
             "window_end_ms": self.window_end_ms,
             "source": self.source,
-        }
+        } | ({"outage": self.outage} if self.outage is not None else {})
 
 
 def metrics_window(
@@ -223,6 +230,7 @@ def metrics_window(
     records count through its newest one, and its final record supersedes them
     (:func:`latest_per_attempt`). Run records (``scope="run"``) repeat their tasks' sums
     and are not read.
+    An outage record (``scope="outage"``, from ``errors.outage.*``) in the window makes the reading an outage.
     """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     start_ms = now_ms - window_ms
@@ -230,7 +238,9 @@ def metrics_window(
         kafka_config,
         metrics_topic,
         start_ms,
-        lambda r: r.get("scope") == "task" and r.get("pipeline") == pipeline and start_ms <= r.get("window_end_ms", 0),
+        lambda r: (
+            r.get("scope") in WINDOW_SCOPES and r.get("pipeline") == pipeline and start_ms <= r.get("window_end_ms", 0)
+        ),
     )
     return metrics_reading(records, start_ms, now_ms)
 
@@ -241,6 +251,8 @@ def metrics_reading(records: Sequence[dict[str, Any]], start_ms: int, end_ms: in
     Interim and final records of one task attempt count once (:func:`latest_per_attempt`),
     then overlapping inputs of different attempts or runs once (:func:`count_inputs_once`).
     """
+    outages = [r["outage"] for r in records if r.get("scope") == OUTAGE_SCOPE and isinstance(r.get("outage"), dict)]
+    records = [r for r in records if r.get("scope", "task") == "task"]
     records_in = errors = 0.0
     for record, share in count_inputs_once(latest_per_attempt(records)):
         records_in += share * int(record.get("records_in", 0))
@@ -251,6 +263,7 @@ def metrics_reading(records: Sequence[dict[str, Any]], start_ms: int, end_ms: in
         window_start_ms=start_ms,
         window_end_ms=end_ms,
         source="metrics",
+        outage=outages[-1] if outages else None,
     )
 
 
@@ -341,7 +354,7 @@ class ToleranceWatch:
                 self.follower = MetricsFollower(
                     self.kafka_config,
                     spec.metrics_topic,
-                    lambda r: r.get("scope") == "task" and r.get("pipeline") == pipeline,
+                    lambda r: r.get("scope") in WINDOW_SCOPES and r.get("pipeline") == pipeline,
                     spec.window_ms,
                 )
             records = self.follower.read(wait_s=wait_s)
@@ -372,6 +385,8 @@ class ToleranceWatch:
     def describe(self, reading: ToleranceReading | None) -> str:
         if reading is None:
             return "no reading yet (the DLQ mode needs two samples)"
+        if reading.outage is not None:
+            return f"the job reported an {reading.outage.get('message') or 'outage'}"
         spec = self.spec
         limits = []
         if spec.max_error_rate is not None:

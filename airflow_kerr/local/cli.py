@@ -30,7 +30,7 @@ from airflow_kerr.local.broker import (
 )
 from airflow_kerr.local.connect_runtime import ConnectRuntimeUnavailable
 from airflow_kerr.local.connect_worker import ConnectWorker
-from airflow_kerr.local.process import stop_tree
+from airflow_kerr.local.process import StopTarget, stop_stack
 from airflow_kerr.local.schema_registry import REGISTRY_URL_ENV, LocalSchemaRegistry, SchemaRegistryUnavailable
 from airflow_kerr.local.spark_cluster import LocalSparkCluster, SparkClusterUnavailable
 from airflow_kerr.local.state import state_dir
@@ -172,13 +172,20 @@ def down(_: argparse.Namespace) -> int:
     if not state:
         print("nothing to stop: no local stack recorded in", state_dir() / STATE_FILE)
         return 0
-    for name, entry in reversed(list(state.items())):
-        if _running(state, name):
-            # By pid, for what an earlier `up` started: the tree too (the fetch shim's noida-db, for one).
-            stop_tree(int(entry["pid"]), grace_s=15.0)
-            print(f"stopped {name} (pid {entry['pid']})")
-        else:
+    running = [name for name in state if _running(state, name)]
+    for name in state:
+        if name not in running:
             print(f"{name} was not running")
+    # By pid, for what an earlier `up` started, each with its tree (the fetch shim's noida-db, for one):
+    # Connect and Spark at once, then the broker they need to stop cleanly; within 10 s in all.
+    targets = {name: StopTarget(name, int(state[name]["pid"])) for name in running}
+    report = stop_stack(
+        [target for name, target in targets.items() if name != "broker"],
+        [targets["broker"]] if "broker" in targets else [],
+    )
+    for name in running:
+        print(f"stopped {name} (pid {state[name]['pid']})")
+    print(report)
     (state_dir() / STATE_FILE).unlink(missing_ok=True)
     return 0
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -36,7 +37,8 @@ from airflow_kerr.local.broker import (
 )
 from airflow_kerr.local.connect_worker import ConnectWorker
 from airflow_kerr.local.orders_example import CONNECTOR, OUTPUT_FILE, TOPICS, add_sink_connector
-from airflow_kerr.local.schema_registry import start_registry
+from airflow_kerr.local.process import StopTarget, stop_stack
+from airflow_kerr.local.schema_registry import LocalSchemaRegistry, start_registry
 from airflow_kerr.local.state import DAGS_FOLDER_ENV, dags_folder, state_dir
 
 GUARD_TIMEOUT_S = 600
@@ -277,7 +279,8 @@ def run_story(bootstrap: str, connect: ConnectWorker, receiver: AlertReceiver) -
         wait("recovery: the guard to resume orders-sink", lambda: guard.poll() is not None, GUARD_TIMEOUT_S)
     finally:
         if guard.poll() is None:
-            guard.terminate()
+            # With its tree (the DAG's sensors run in it), killed after a short grace if need be.
+            print(f"    tolerance guard: {stop_stack([StopTarget('tolerance guard', guard)])}", flush=True)
     guard_ok = guard.returncode == 0 and connector_state(connect) == "RUNNING"
     print(f"    orders-sink is {connector_state(connect)}; guard run {'succeeded' if guard_ok else 'FAILED'}")
     runs = [first_metrics, second_metrics]
@@ -327,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     directory = state_dir() / "demo"
     directory.mkdir(parents=True, exist_ok=True)
+    # Stop on SIGINT even when it was ignored at start (a background job of a script), as make ui does.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     external = resolve_bootstrap_servers()
     broker = None
     connect = None
@@ -353,14 +358,29 @@ def main(argv: list[str] | None = None) -> int:
         step("preparing an isolated Airflow under .kerr/demo (SQLite, examples off)")
         configure_airflow(directory / "airflow", bootstrap, connect.port, dags, registry_url)
         return run_story(bootstrap, connect, receiver)
+    except KeyboardInterrupt:
+        print("\nkerr demo: Ctrl-C, stopping Kafka Connect and the broker ...", flush=True)
+        return 130
     finally:
+        # A second Ctrl-C must not cut the stop short and leave the JVM or the broker behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         receiver.stop()
-        if connect is not None:
-            connect.stop()
-        if registry is not None:
-            registry.stop()
-        if broker is not None:
-            broker.stop()
+        stop_demo_stack(connect, registry, broker)
+
+
+def stop_demo_stack(
+    connect: ConnectWorker | None, registry: LocalSchemaRegistry | None, broker: LocalBroker | None
+) -> None:
+    """Kafka Connect and the registry, then the broker, within 10 s (:func:`stop_stack`); say what had to be killed."""
+    report = stop_stack(
+        (connect.stop_targets("kafka-connect") if connect is not None else [])
+        + (registry.stop_targets("schema-registry") if registry is not None else []),
+        broker.stop_targets("broker") if broker is not None else [],
+    )
+    for launcher in (connect, registry, broker):
+        if launcher is not None:
+            launcher.forget()
+    print(f"kerr demo: {report}", flush=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from airflow_kerr.local.broker import free_port
-from airflow_kerr.local.process import Launcher
+from airflow_kerr.local.process import CLIENTS_GRACE_S, Launcher
 
 
 class SparkClusterUnavailable(RuntimeError):
@@ -38,8 +38,8 @@ class LocalSparkCluster(Launcher):
     """A standalone master and ``workers`` workers (``cores`` and ``memory`` each) on 127.0.0.1."""
 
     host = "127.0.0.1"
-    #: The JVMs get as long to stop cleanly as the Connect worker's.
-    stop_timeout_s = 20.0
+    #: The JVMs get as long to stop cleanly as the Connect worker's, all three at once.
+    stop_timeout_s = CLIENTS_GRACE_S
     #: The master's status page is a JVM's web UI: asked twice a second, not five times.
     poll_interval_s = 0.5
 

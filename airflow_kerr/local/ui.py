@@ -275,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kerr ui: port {args.port} is already in use; choose another with --port", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)
+    # Python keeps SIGINT ignored when it was ignored at start (a job a script put in the background):
+    # then Ctrl-C or `kill -INT` would stop nothing. The UI always stops on it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     print("Starting the embedded broker, the Schema Registry, Kafka Connect and airflow standalone ...", flush=True)
     try:
         ui = start_local_ui(args.home, port=args.port or None, host=args.host, startup_timeout_s=args.timeout)
@@ -296,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         # A second Ctrl-C must not cut the shutdown short and leave components behind.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        ui.stop()
+        report = ui.stop()
+        if report is not None:
+            print(f"kerr ui: {report}", flush=True)
     return code
 
 

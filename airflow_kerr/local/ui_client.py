@@ -15,7 +15,7 @@ import httpx
 from airflow_kerr.local.airflow_env import LocalUIError
 from airflow_kerr.local.broker import LocalBroker
 from airflow_kerr.local.connect_worker import ConnectWorker
-from airflow_kerr.local.process import stop_tree, tail
+from airflow_kerr.local.process import StopReport, StopTarget, stop_stack, tail
 from airflow_kerr.local.schema_registry import LocalSchemaRegistry
 
 
@@ -80,20 +80,25 @@ class LocalUI:
         """The end of the standalone log, for error messages."""
         return tail(self.log_path, lines)
 
-    def stop(self) -> None:
-        """Stop Airflow (SIGINT to standalone, as Ctrl-C would), then Kafka Connect and the broker."""
+    def stop(self) -> StopReport | None:
+        """Stop Airflow and Kafka Connect at once, then the broker, all within 10 s (see :func:`stop_stack`).
+
+        Only standalone gets the SIGINT (Ctrl-C): it stops its components itself, and a
+        scheduler that got the SIGINT too would hang waiting for its executor's workers.
+        Returns the stop's report (None when stopped already): what had to be killed, if anything.
+        """
         if self._stopped:
-            return
+            return None
         self._stopped = True
-        if self.process is not None:
-            # Only standalone gets the SIGINT (Ctrl-C): it then stops each component, see stop_tree.
-            stop_tree(self.process, first=signal.SIGINT, grace_s=20.0)
-        if self.connect is not None:
-            self.connect.stop()
-        if self.schema_registry is not None:
-            self.schema_registry.stop()
-        if self.broker is not None:
-            self.broker.stop()
+        clients = [StopTarget("airflow", self.process, signal.SIGINT)] if self.process is not None else []
+        clients += self.connect.stop_targets("kafka-connect") if self.connect is not None else []
+        clients += self.schema_registry.stop_targets("schema-registry") if self.schema_registry is not None else []
+        servers = self.broker.stop_targets("broker") if self.broker is not None else []
+        report = stop_stack(clients, servers)
+        for launcher in (self.connect, self.schema_registry, self.broker):
+            if launcher is not None:
+                launcher.forget()
+        return report
 
     def __enter__(self) -> LocalUI:
         return self

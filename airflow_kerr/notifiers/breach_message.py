@@ -42,8 +42,24 @@ def slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def outage_lines(details: Mapping[str, Any]) -> list[str]:
+    """An outage's lines: not poison to replay, but a cause to fix before the job runs again."""
+    outage = details["outage"]
+    return [
+        f"Outage in pipeline {details['pipeline'] or '?'}: {outage.get('exception_class', '?')} at stage "
+        f"{outage.get('stage', '?')} failed {outage.get('failed', '?')} of {outage.get('records', '?')} records "
+        f"of a batch ({rate(outage.get('rate'))}), first at {outage.get('topic', '?')}-{outage.get('partition', '?')}"
+        f"@{outage.get('first_offset', '?')}.",
+        "Not poison: the job stopped without dead-lettering them and committed up to "
+        f"offset {outage.get('resume_offset', '?')}. Fix the cause, then run the job again; nothing to replay.",
+        *([f"Run: {details['link']}"] if details.get("link") else []),
+    ]
+
+
 def breach_lines(details: Mapping[str, Any]) -> list[str]:
     """The message's lines, unmasked: the first is the summary, the rest say what failed and where."""
+    if isinstance(details.get("outage"), Mapping):
+        return outage_lines(details)
     lines = [
         f"Tolerance breached in pipeline {details['pipeline'] or '?'}: "
         f"error rate {rate(details['error_rate'])} (limit {rate(details['max_error_rate'])}), "
@@ -122,7 +138,7 @@ class BreachMessage:
         return cls(
             text=text,
             summary=summary,
-            subject=mask_text(f"[kerr] tolerance breached in {masked.get('pipeline') or 'a pipeline'}"),
+            subject=mask_text(f"[kerr] {_event_words(masked)} in {masked.get('pipeline') or 'a pipeline'}"),
             blocks=[{"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}],
             html=html_body,
             details=masked,
@@ -130,4 +146,9 @@ class BreachMessage:
 
     def webhook_payload(self) -> dict[str, Any]:
         """A Slack incoming-webhook body; other receivers read the structured details under ``kerr``."""
-        return {"text": self.summary, "blocks": self.blocks, "kerr": {"event": "tolerance_breach", **self.details}}
+        event = "outage" if self.details.get("outage") else "tolerance_breach"
+        return {"text": self.summary, "blocks": self.blocks, "kerr": {"event": event, **self.details}}
+
+
+def _event_words(details: Mapping[str, Any]) -> str:
+    return "outage" if details.get("outage") else "tolerance breached"

@@ -159,6 +159,8 @@ class ToleranceBreachNotifier(BaseNotifier):
             "sample_error": None if sample else self.sample_error,
             # The connectors the breach sensor or watcher paused the moment it saw the breach, and when.
             "paused_on_breach": reading.get("paused_on_breach"),
+            # The job's errors.outage.* trip, when that is what the breach was: the alert then says "outage".
+            "outage": reading.get("outage"),
             "dag_id": getattr(dag_run, "dag_id", None) or getattr(ti, "dag_id", None),
             "run_id": getattr(dag_run, "run_id", None) or getattr(ti, "run_id", None),
             "task_id": getattr(ti, "task_id", None),

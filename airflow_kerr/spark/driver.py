@@ -23,10 +23,16 @@ from airflow_kerr.errors import (
     ToleranceType,
     describe_error,
 )
-from airflow_kerr.errors.config import DLQ_TOPIC_PARTITIONS, DLQ_TOPIC_REPLICATION_FACTOR, ERRORS_TOLERANCE_LIMIT
+from airflow_kerr.errors.config import (
+    DLQ_TOPIC_PARTITIONS,
+    DLQ_TOPIC_REPLICATION_FACTOR,
+    ERRORS_TOLERANCE_LIMIT,
+    LONG_MAX,
+)
 from airflow_kerr.errors.retry import TOLERANCE_EXCEEDED_MESSAGE
 from airflow_kerr.spark import kafka_source
 from airflow_kerr.spark.kafka_source import OffsetRange, plan_offset_ranges, ranges_to_json, split_ranges
+from airflow_kerr.spark.outage import Outage
 from airflow_kerr.spark.run_metrics import publish_metrics_record
 from airflow_kerr.spark.sinks import ProducerChannel
 from airflow_kerr.spark.spec import PipelineSpec
@@ -37,7 +43,7 @@ LOG = logging.getLogger("airflow_kerr.spark.driver")
 EXIT_BEFORE_COMMIT_ENV = "KERR_EXIT_BEFORE_COMMIT"
 SUMMARY_SCHEMA = (
     "topic string, partition int, first_offset long, last_offset long, records_in long, records_out long, "
-    "metrics binary"
+    "metrics binary, outage string"
 )
 # The executors' entry points by module path: executors import them, the driver needs no Arrow to name them.
 PROCESS_BATCHES = "airflow_kerr.spark.partition.process_batches"
@@ -50,10 +56,21 @@ def kerr_kafka_reader(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRan
     return (
         spark.read.format(kafka_source.FORMAT_NAME)
         .option("offsetRanges", ranges_to_json(ranges))
-        .option("maxRecordsPerPartition", str(spec.source.max_records_per_partition))
-        .option("minPartitions", str(spark.sparkContext.defaultParallelism))
+        .option("maxRecordsPerPartition", str(split_settings(spark, spec)[0]))
+        .option("minPartitions", str(split_settings(spark, spec)[1]))
         .options(**kafka_client_options(spec))
     )
+
+
+def split_settings(spark: Any, spec: PipelineSpec) -> tuple[int, int]:
+    """(records per task at most, tasks at least): with ``errors.outage.enable`` a partition is never split.
+
+    A trip commits its partition up to the last clean batch; a second task further along the
+    same partition would already have written records past that point, written again by the rerun.
+    """
+    if spec.validate().outage_enable:
+        return LONG_MAX, 1
+    return spec.source.max_records_per_partition, spark.sparkContext.defaultParallelism
 
 
 def kafka_client_options(spec: PipelineSpec) -> dict[str, str]:
@@ -86,8 +103,7 @@ def load_source(spark: Any, spec: PipelineSpec, ranges: Sequence[OffsetRange]) -
     ``kerr_kafka`` splits the ranges itself, so it gets them unsplit with the spec's split
     settings: handing it split ranges would split them again with its own defaults.
     """
-    max_records = spec.source.max_records_per_partition
-    min_partitions = spark.sparkContext.defaultParallelism
+    max_records, min_partitions = split_settings(spark, spec)
     if spec.source.format == kafka_source.FORMAT_NAME:
         return kerr_kafka_reader(spark, spec, ranges).load()
     pieces = split_ranges(ranges, max_records, min_partitions)
@@ -155,6 +171,21 @@ def check_run_limits(config: ErrorHandlingConfig, metrics: ErrorMetrics) -> None
             f"more than {ERRORS_TOLERANCE_LIMIT}={config.tolerance_limit}",
             limit=ERRORS_TOLERANCE_LIMIT,
         )
+
+
+class OutageDetected(RuntimeError):
+    """A task's batch tripped ``errors.outage.*``: the run committed its clean batches and fails."""
+
+    def __init__(self, outages: Sequence[Outage]) -> None:
+        self.outages = list(outages)
+        more = f" (and {len(outages) - 1} more partitions)" if len(outages) > 1 else ""
+        super().__init__(f"{outages[0].describe()}{more}")
+
+
+def outage_commits(ranges: Sequence[OffsetRange], outages: Sequence[Outage]) -> list[OffsetRange]:
+    """The planned ranges cut at each tripped partition's resume offset: what a run with an outage commits."""
+    resume = {(o.topic, o.partition): o.resume_offset for o in outages}
+    return [OffsetRange(r.topic, r.partition, r.start, resume.get((r.topic, r.partition), r.end)) for r in ranges]
 
 
 class DeadLetterTopicUnavailable(RuntimeError):
@@ -225,6 +256,11 @@ def run_job(spark: Any, spec: PipelineSpec, run_id: str) -> dict[str, Any]:
     for row in summaries:
         metrics = metrics.merge(pickle.loads(row["metrics"]))
     check_run_limits(config, metrics)
+    outages = [Outage.from_json(row["outage"]) for row in summaries if row["outage"]]
+    if outages:
+        publish_run_metrics(metrics_channel, spec, run_id, metrics, started_ms, "outage")
+        commit_offsets(spec, outage_commits(ranges, outages))
+        raise OutageDetected(outages)
     publish_run_metrics(metrics_channel, spec, run_id, metrics, started_ms, "success")
     if os.environ.get(EXIT_BEFORE_COMMIT_ENV):
         LOG.error(

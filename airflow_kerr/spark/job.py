@@ -35,7 +35,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from airflow_kerr.spark.driver import run_job
+from airflow_kerr.spark.driver import OutageDetected, run_job
 from airflow_kerr.spark.failures import failure_summary
 from airflow_kerr.spark.spec import InvalidPipelineSpec, PipelineSpec
 
@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_job(spark, spec, run_id)
     except Exception as exc:
         headline, *details = failure_summary(str(exc))
+        if isinstance(exc, OutageDetected):
+            LOG.error("run %s of pipeline %s stopped by an %s", run_id, spec.name, exc)
+            return 1
         LOG.error("run %s of pipeline %s failed, no offsets committed: %s", run_id, spec.name, headline)
         for line in details:
             LOG.error(line)

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import fields, replace
 from typing import Any
 
 import pyarrow as pa
@@ -44,6 +45,7 @@ from airflow_kerr.formats import ConverterDataError, ConverterRetriableError, Re
 from airflow_kerr.kafka.metrics_topic import ATTEMPT, INTERIM, SEQ, input_range_fields
 from airflow_kerr.spark.columns import BatchColumns
 from airflow_kerr.spark.failures import task_failure_text
+from airflow_kerr.spark.outage import Outage, OutageDetector, OutageTripped, outage_record_fields
 from airflow_kerr.spark.run_metrics import publish_metrics_record
 from airflow_kerr.spark.sinks import (
     FileSink,
@@ -74,7 +76,16 @@ GC_FIRST_GENERATION_THRESHOLD = 50_000
 ERRANT_RECORD_CLASS = "org.apache.kafka.connect.sink.SinkTask"
 #: Converters whose keys and values are text or JSON's types (after :func:`texts` for ``bytes``).
 BUILT_IN_CONVERTERS = ("bytes", "string", "json")
-SUMMARY_FIELDS = ("topic", "partition", "first_offset", "last_offset", "records_in", "records_out", "metrics")
+SUMMARY_FIELDS = (
+    "topic",
+    "partition",
+    "first_offset",
+    "last_offset",
+    "records_in",
+    "records_out",
+    "metrics",
+    "outage",
+)
 
 
 class PartitionProcessor:
@@ -108,13 +119,16 @@ class PartitionProcessor:
             self.put_stage,
         ]
         reporters: list[ErrorReporter] = [LogReporter(self.config, self.metrics, logger=LOG, job_config=spec.kafka)]
+        #: With errors.outage.enable, the judge of each batch; its DLQ records wait in ``held`` for the verdict.
+        self.outage: OutageDetector | None = OutageDetector(self.config) if self.config.outage_enable else None
+        self.held: list[DeadLetterQueueRecord] = []
+        self.tripped: Outage | None = None
+        if self.outage is not None:
+            reporters.append(self.outage)
         if self.config.dlq_topic_name:
             self.channel.open_dead_letters()  # its producer id arrives while the first batch is fetched
-            reporters.append(
-                DeadLetterQueueReporter(
-                    self.config, self.metrics, self.channel.send_dead_letter, group=spec.source.group_id
-                )
-            )
+            send = self.channel.send_dead_letter if self.outage is None else self.held.append
+            reporters.append(DeadLetterQueueReporter(self.config, self.metrics, send, group=spec.source.group_id))
         self.retry = RetryWithTolerance(
             self.config, self.metrics, reporters, task=TaskId(spec.name, spec.task_id), stages=stages
         )
@@ -144,8 +158,47 @@ class PartitionProcessor:
         """Run every stage over one Arrow batch of source records, then serve the delivery reports that came in."""
         if batch.num_rows == 0:
             return
-        self._process(batch)
+        if self.outage is None:
+            self._process(batch)
+        else:
+            # Judged by ``batch_size`` records: a trip then costs the next run at most that many re-read.
+            for start in range(0, batch.num_rows, self.spec.batch_size):
+                self._process_judged(batch.slice(start, self.spec.batch_size), self.outage)
         self.channel.serve_delivery_reports()
+
+    def _process_judged(self, batch: Any, outage: OutageDetector) -> None:
+        """One batch under the outage breaker: its DLQ records are held until it is judged clean.
+
+        The put paths judge the batch before they write (:meth:`judge`), and the whole batch
+        is judged again after the put; a trip undoes the batch's counters and drops its held
+        DLQ records and a file sink's rows, then raises :class:`OutageTripped`.
+        """
+        before = replace(self.metrics)
+        marks = (self.records_out, self.first_offset, self.last_offset, len(getattr(self.sink, "rows", ())))
+        offsets = batch.column("offset").to_pylist()
+        outage.begin_batch(offsets, batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py())
+        try:
+            self._process(batch)
+            outage.judge()
+        except OutageTripped as trip:
+            for f in fields(ErrorMetrics):
+                setattr(self.metrics, f.name, getattr(before, f.name))
+            self.records_out, self.first_offset, self.last_offset = marks[:3]
+            rows = getattr(self.sink, "rows", None)
+            if isinstance(rows, list):
+                del rows[marks[3] :]
+            self.held.clear()
+            outage.forget_batch()
+            self.tripped = trip.outage
+            raise
+        held, self.held[:] = list(self.held), []
+        for record in held:
+            self.channel.send_dead_letter(record)
+
+    def judge(self) -> None:
+        """Before a put writes: raise :class:`OutageTripped` when the batch so far is an outage."""
+        if self.outage is not None:
+            self.outage.judge()
 
     def _process(self, batch: Any) -> None:
         """Every stage over one batch that has records: the vectorized path, or one stage at a time over the batch."""
@@ -196,6 +249,7 @@ class PartitionProcessor:
         """TASK_PUT straight from the converted columns when no transformation runs; None when records are needed."""
         if self.transformations:
             return None
+        self.judge()
         if isinstance(self.sink, RegistryKafkaSink):
             return self.write_registry(keys, values, rows, source)
         if isinstance(self.sink, KafkaSink):
@@ -234,6 +288,7 @@ class PartitionProcessor:
         pass is the record's put failure, as it is in one ``put``.
         """
         sink = self.sink
+        self.judge()
         if isinstance(sink, RegistryKafkaSink):
             keys = [record.key for record in records]
             return self.write_registry(keys, [record.value for record in records], rows, source)
@@ -295,6 +350,7 @@ class PartitionProcessor:
         path with the bytes it read or encoded by column.
         """
         sink = self.sink
+        self.judge()
         if not isinstance(sink, KafkaSink):
             raise TypeError(f"write_encoded writes to a Kafka sink; this task's sink is {type(sink).__name__}")
         fast = sink.produce_value_key
@@ -302,11 +358,25 @@ class PartitionProcessor:
         return len(done)
 
     def finish(self) -> dict[str, Any]:
-        """Flush sink output, DLQ records and this task's metrics record; return the task summary."""
+        """Flush sink output, DLQ records and this task's metrics record; return the task summary.
+
+        After a trip the clean batches' output is flushed the same way, the task's record says
+        ``state="outage"``, and an outage record (``scope="outage"``) follows for the guard.
+        """
         self.interim.stop()
         self.sink.flush()
         self.channel.flush()
-        self.publish_metrics(state="success")
+        self.publish_metrics(state="success" if self.tripped is None else "outage")
+        if self.tripped is not None:
+            publish_metrics_record(
+                self.channel,
+                self.spec,
+                self.metrics,
+                task=self.spec.task_id,
+                run_id=self.run_id,
+                started_ms=self.started_ms,
+                **outage_record_fields(self.tripped),
+            )
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -314,6 +384,7 @@ class PartitionProcessor:
             "last_offset": self.last_offset if self.last_offset is not None else -1,
             "records_in": self.metrics.records_in,
             "records_out": self.records_out,
+            "outage": "" if self.tripped is None else self.tripped.to_json(),
         }
 
     def publish_metrics(self, state: str) -> None:
@@ -466,9 +537,13 @@ def _process_task(batches: Iterator[Any], spec_json: str, run_id: str) -> dict[s
     processor = PartitionProcessor(spec, run_id, part_name=f"part-{run_id}-{uuid.uuid4().hex[:8]}")
     try:
         processor.interim.start()
-        with few_collections():
-            for batch in batches:
-                processor.process(batch)
+        try:
+            with few_collections():
+                for batch in batches:
+                    processor.process(batch)
+        except OutageTripped as trip:
+            # Not a task failure: Spark would run the task again and write the clean batches twice.
+            LOG.error("%s", trip)
         summary = processor.finish()
     except Exception as error:
         raise processor.fail(error) from error
@@ -506,6 +581,7 @@ def _summary_arrow_schema() -> Any:
             ("records_in", pa.int64()),
             ("records_out", pa.int64()),
             ("metrics", pa.binary()),
+            ("outage", pa.string()),
         ]
     )
 

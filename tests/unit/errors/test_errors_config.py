@@ -39,6 +39,9 @@ def test_defaults_are_connects_fail_fast_defaults() -> None:
     assert config.dlq_copy_record_enable is True
     assert config.dlq_topic_name_prefix == ""
     assert config.dlq_auto_create_topics_enable is True
+    assert config.outage_enable is False
+    assert (config.outage_consecutive_failures, config.outage_batch_failure_percent) == (100, 50)
+    assert config.outage_batch_min_records == 100
     assert not config.dlq_enabled
     assert not config.retry_enabled
     assert config == ErrorHandlingConfig()
@@ -74,11 +77,17 @@ VALID = [
     ("errors.deadletterqueue.copy.record.enable", "false", False, "dlq_copy_record_enable", False),
     ("errors.deadletterqueue.topic.name.prefix", "dlq.", "dlq.", "dlq_topic_name_prefix", "dlq."),
     ("errors.deadletterqueue.auto.create.topics.enable", "false", False, "dlq_auto_create_topics_enable", False),
+    ("errors.outage.enable", "true", True, "outage_enable", True),
+    ("errors.outage.consecutive.failures", "20", 20, "outage_consecutive_failures", 20),
+    ("errors.outage.consecutive.failures", "0", 0, "outage_consecutive_failures", 0),
+    ("errors.outage.batch.failure.percent", "90", 90, "outage_batch_failure_percent", 90),
+    ("errors.outage.batch.min.records", "1", 1, "outage_batch_min_records", 1),
 ]
 
 # Settings some keys need so the value under test is legal on its own.
 COMPANIONS: dict[str, dict[str, Any]] = {
     "errors.deadletterqueue.copy.record.enable": {"errors.deadletterqueue.context.headers.enable": "true"},
+    "errors.outage.enable": {"errors.tolerance": "all"},
 }
 
 
@@ -96,7 +105,7 @@ def test_every_key_accepts_properties_strings_and_native_values(
 
 def test_every_key_is_covered_by_the_valid_value_table() -> None:
     assert {row[0] for row in VALID} == set(ErrorHandlingConfig.KEYS)
-    assert len(ErrorHandlingConfig.KEYS) == 17
+    assert len(ErrorHandlingConfig.KEYS) == 21
 
 
 # key, bad value, words the message must contain to say what is accepted
@@ -135,6 +144,10 @@ INVALID = [
     ("errors.deadletterqueue.copy.record.enable", "nope", "expected a boolean"),
     ("errors.deadletterqueue.topic.name.prefix", "__dlq.", "prefix not starting with '__'"),
     ("errors.deadletterqueue.auto.create.topics.enable", "y", "expected a boolean"),
+    ("errors.outage.enable", "on", "expected a boolean"),
+    ("errors.outage.consecutive.failures", -1, "0 (rule off) or a number of failed records in a row >= 1"),
+    ("errors.outage.batch.failure.percent", "150", "0..100: a batch trips when more than this percent"),
+    ("errors.outage.batch.min.records", 0, "a number of records >= 1"),
 ]
 
 
@@ -274,6 +287,22 @@ def test_headers_only_dlq_record_requires_context_headers() -> None:
     assert "errors.deadletterqueue.context.headers.enable=true" in str(raised.value)
 
 
+def test_the_outage_breaker_needs_tolerance_all_and_a_rule() -> None:
+    with pytest.raises(InvalidErrorsConfig) as raised:
+        ErrorHandlingConfig.from_properties({"errors.outage.enable": "true"})
+    assert str(raised.value.problems[0]) == (
+        "errors.outage.enable=True: expected false unless errors.tolerance='all': with 'none' the first failed "
+        "record fails the task already"
+    )
+
+    both_off = {"errors.outage.consecutive.failures": 0, "errors.outage.batch.failure.percent": 100}
+    with pytest.raises(InvalidErrorsConfig) as raised:
+        ErrorHandlingConfig.from_properties({"errors.tolerance": "all", "errors.outage.enable": True, **both_off})
+    assert raised.value.keys == ("errors.outage.enable",)
+    assert "nothing could trip" in str(raised.value)
+    assert ErrorHandlingConfig.from_properties(both_off).outage_enable is False
+
+
 def test_to_properties_writes_java_properties_strings() -> None:
     config = ErrorHandlingConfig.from_properties(
         {"errors.tolerance": "all", "errors.log.enable": True, "errors.tolerance.rate.duration": 3_600_000}
@@ -320,6 +349,9 @@ configs = st.builds(
     dlq_copy_record_enable=st.booleans(),
     dlq_topic_name_prefix=st.just(""),
     dlq_auto_create_topics_enable=st.booleans(),
+    outage_consecutive_failures=st.integers(0, 10**6),
+    outage_batch_failure_percent=st.integers(0, 100),
+    outage_batch_min_records=st.integers(1, 10**6),
 )
 
 

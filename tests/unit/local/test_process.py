@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kerr.local.process import Launcher, pid_alive, process_tree, stop_process, stop_tree
+from airflow_kerr.local.process import (
+    Launcher,
+    StopTarget,
+    pid_alive,
+    process_tree,
+    stop_process,
+    stop_stack,
+    stop_tree,
+)
 
 
 def _wait_for(path: Path, timeout_s: float = 30.0) -> str:
@@ -130,6 +138,47 @@ def test_stop_tree_sends_the_first_signal_to_the_root_only(tmp_path: Path) -> No
     stop_tree(process, first=signal.SIGINT, grace_s=10)
     assert _wait_for(got) == "SIGINT"
     assert process.returncode == 0
+
+
+def test_stop_stack_stops_clients_together_then_servers_and_reports_what_it_killed(tmp_path: Path) -> None:
+    """A clean client, a stubborn one (its tree is killed after the grace, and named), then the server.
+
+    The server records, when its SIGTERM comes, whether the clients were still there: the
+    broker must outlive Kafka Connect's clean stop, which needs it.
+    """
+    clean = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stubborn_ready = tmp_path / "stubborn"
+    stubborn = subprocess.Popen([sys.executable, "-c", _parent_of_a_stubborn_child(stubborn_ready)])
+    _wait_for(stubborn_ready)
+    saw, ready = tmp_path / "saw", tmp_path / "server"
+    watched = [*process_tree(clean.pid), *process_tree(stubborn.pid)]
+    server_code = textwrap.dedent(
+        f"""
+        import os, signal, sys, time
+        from airflow_kerr.local.process import pid_alive
+        def record(signum, frame):
+            open({str(saw)!r}, "w").write(str(sum(pid_alive(p) for p in {watched!r})))
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, record)
+        open({str(ready)!r}, "w").write("1")
+        time.sleep(60)
+        """
+    )
+    server = subprocess.Popen([sys.executable, "-c", server_code])
+    _wait_for(ready)
+    everything = [*watched, *process_tree(server.pid)]
+
+    report = stop_stack(
+        [StopTarget("clean", clean), StopTarget("stubborn", stubborn)],
+        [StopTarget("server", server)],
+        clients_grace_s=0.5,
+    )
+
+    assert _wait_for(saw) == "0", "the server got its SIGTERM while a client still ran"
+    assert len(report.killed) == 1 and report.killed[0].startswith(f"stubborn pid {watched[-1][0]} (python -c")
+    assert "killed after the grace: stubborn pid" in str(report)
+    assert not any(pid_alive(process) for process in everything)
+    assert (clean.returncode, stubborn.returncode, server.returncode) == (-signal.SIGTERM, -signal.SIGTERM, 0)
 
 
 class _Sleeper(Launcher):
