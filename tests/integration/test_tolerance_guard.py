@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -256,7 +257,12 @@ def test_an_unreadable_dlq_still_alerts_and_says_why_the_sample_is_missing(
     group = "tolerance_guard"
     assert states[f"{group}.notify"] == "success" and states[f"{group}.verify_running"] == "success", states
     assert states[f"{group}.wait_for_recovery"] == "skipped", states
-    (alert,) = received
+    alert, resolved = received
+    # One episode: the alert and the "resolved" message share its key; the go-ahead is named as the decision.
+    assert resolved["kerr"]["event"] == "breach_resolved" and alert["kerr"]["event"] == "tolerance_breach"
+    assert resolved["kerr"]["episode_key"] == alert["kerr"]["episode_key"]
+    assert resolved["kerr"]["answer"]["chosen"] == "Resume now", resolved["kerr"]
+    assert "Decision: Resume now (trigger form (resume_without_recovery))" in resolved["text"] + str(resolved["blocks"])
     text = alert["blocks"][0]["text"]["text"]
     assert text.startswith("Tolerance breached in pipeline unreadable: error rate 25.00% (limit 5.00%)"), text
     assert (
@@ -265,3 +271,119 @@ def test_an_unreadable_dlq_still_alerts_and_says_why_the_sample_is_missing(
     ), text
     assert "Top exceptions:" not in text and "Failing stages:" not in text, text
     assert alert["kerr"]["sample_error"].startswith("OffsetLookupError: "), alert["kerr"]
+
+
+def _answer_when_asked(dag_id: str, task_id: str, chosen: str, user: str, failures: list[BaseException]) -> None:
+    """Wait until the guard's question is in the metadata DB, then answer it through Airflow's own response route.
+
+    The route function of the core API (the one the Required actions page calls), with a
+    simple-auth-manager user: no api-server runs beside ``dag.test()`` here; the browser
+    test (tests/ui/test_guard_question.py) answers through the real UI.
+    """
+    try:
+        from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+        from airflow.api_fastapi.core_api.datamodels.hitl import UpdateHITLDetailPayload
+        from airflow.api_fastapi.core_api.routes.public.hitl import update_hitl_detail
+        from airflow.models.hitl import HITLDetail
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        deadline = time.monotonic() + 240
+        while True:
+            assert time.monotonic() < deadline, "the guard never asked"
+            with create_session() as session:
+                row = session.execute(
+                    select(TaskInstance.run_id)
+                    .join(HITLDetail, HITLDetail.ti_id == TaskInstance.id)
+                    .where(TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id)
+                ).first()
+                if row is not None:
+                    update_hitl_detail(
+                        dag_id=dag_id,
+                        dag_run_id=row[0],
+                        task_id=task_id,
+                        update_hitl_detail_payload=UpdateHITLDetailPayload(chosen_options=[chosen], params_input={}),
+                        user=SimpleAuthManagerUser(username=user, role="op"),
+                        session=session,
+                    )
+                    return
+            time.sleep(0.5)
+    except BaseException as exc:
+        failures.append(exc)
+
+
+def test_the_on_call_answer_resumes_and_the_resolved_message_names_who_gave_it(
+    kafka_config: dict[str, Any],
+    create_topic: Callable[..., str],
+    unique_topic: str,
+    connect: ConnectWorker,
+    webhook: tuple[str, list[Any]],
+    airflow_home: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    write_dag: Callable[[str, str], Any],
+) -> None:
+    """Breach → pause → alert with the question's link → "Resume now" by ``oncall`` → RUNNING → "resolved"."""
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": kafka_config}))
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://airflow.example:8080")
+    metrics = create_topic(f"{unique_topic}.metrics")
+    dlq = create_topic(f"{unique_topic}.dlq")
+    sink = add_sink(connect, f"orders-sink-{unique_topic[-8:]}", create_topic(f"{unique_topic}.clean"))
+    write_task_metrics(kafka_config, metrics, "asked", records_in=200, errors=50)
+    url, received = webhook
+    dag_id = f"guard_{unique_topic[-8:]}"
+    dag = guard_dag(
+        write_dag,
+        dag_id,
+        connectors=sink.name,
+        pipeline="asked",
+        metrics_topic=metrics,
+        dlq_topic=dlq,
+        max_error_rate=0.05,
+        min_records=100,
+        window=60,
+        poke_interval=1,
+        breach_timeout=60,
+        recovery_timeout=60,
+        notifier={"webhook_url": url},
+        ask=True,
+    )
+    failures: list[BaseException] = []
+    answerer = threading.Thread(
+        target=_answer_when_asked, args=(dag_id, "tolerance_guard.ask_on_call", "Resume now", "oncall", failures)
+    )
+    answerer.start()
+    dag_run = dag.test()
+    answerer.join(timeout=60)
+    status = sink.status()
+    httpx.delete(f"{connect.url}/connectors/{sink.name}", timeout=30)
+
+    assert not failures, failures
+    states = {ti.task_id.split(".")[-1]: str(ti.state) for ti in dag_run.get_task_instances()}
+    assert states["ask_on_call"] == "success" and states["resume_connectors"] == "success", states
+    assert states["wait_for_recovery"] == "skipped" and states["keep_paused"] == "skipped", states
+    assert status["connector"]["state"] == "RUNNING", status
+    alert, resolved = received
+    assert alert["kerr"]["question_link"] == (
+        f"http://airflow.example:8080/dags/{dag_id}/runs/{quote(dag_run.run_id, safe='')}"
+        "/tasks/tolerance_guard.ask_on_call/required_actions?map_index=-1"
+    )
+    assert (
+        alert["kerr"]["dlq_link"]
+        == f"http://airflow.example:8080/kerr/dead-letters?topic={dlq}&kafka_config_id=kafka_default"
+    )
+    assert resolved["kerr"]["episode_key"] == alert["kerr"]["episode_key"]
+    assert resolved["kerr"]["answer"]["chosen"] == "Resume now"
+    assert resolved["kerr"]["answer"]["responded_by"] == "oncall" and resolved["kerr"]["answer"]["timed_out"] is False
+    figures = resolved["kerr"]["figures"]
+    assert figures["records_failed"] == 50 and figures["records_in"] == 200, figures
+    assert figures["peak_error_rate"] == pytest.approx(0.25), figures
+    assert resolved["text"].startswith(f"Resolved (breach) in pipeline asked: {sink.name} running again after ")
+    text = resolved["blocks"][0]["text"]["text"]
+    assert "Records failed: 50 of 200; peak error rate 25.00% (limit 5.00%)." in text, text
+    assert "Decision: Resume now (oncall)" in text, text
+    # The answer is in the run too: the question's XCom.
+    answer = next(ti for ti in dag_run.get_task_instances() if ti.task_id.endswith("ask_on_call")).xcom_pull(
+        task_ids="tolerance_guard.ask_on_call", key="answer"
+    )
+    assert answer["responded_by"] == "oncall", answer
