@@ -217,6 +217,12 @@ class BreachMessage:
             details=masked,
         )
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """Email headers naming the episode (``X-Kerr-Episode``, ``X-Kerr-Event``), for filters and ticket systems."""
+        key = self.details.get("episode_key")
+        return {"X-Kerr-Episode": str(key), "X-Kerr-Event": event_name(self.details)} if key else {}
+
     def webhook_payload(self) -> dict[str, Any]:
         """A Slack incoming-webhook body; other receivers read the structured details under ``kerr``.
 

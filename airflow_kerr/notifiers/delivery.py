@@ -57,6 +57,8 @@ def message_fields(notifier: BaseNotifier, message: BreachMessage) -> dict[str, 
         "summary": message.summary,
         # PagerDuty's dedup key (and any notifier's field of that name): every message of one episode shares it.
         "dedup_key": message.details.get("episode_key"),
+        # SmtpNotifier's extra headers: a mail filter or a ticket system can group one episode's mails by it.
+        "custom_headers": message.headers or None,
     }
     return {name: value for name, value in forms.items() if name in fields and value is not None}
 
