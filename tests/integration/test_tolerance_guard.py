@@ -18,6 +18,7 @@ import pytest
 from airflow_kerr.examples.orders import generate_orders
 from airflow_kerr.local.connect_worker import ConnectWorker, connector_config
 from airflow_kerr.local.dead_letters import write_task_metrics
+from airflow_kerr.local.hitl import answer_question
 from airflow_kerr.spark.driver import run_job
 from airflow_kerr.spark.spec import PipelineSpec
 
@@ -193,7 +194,7 @@ def test_breach_pauses_alerts_and_recovery_resumes(  # noqa: PLR0913 - pytest in
     assert timeline["paused"] < timeline["clean"]
     assert sink.state() == "RUNNING"
     httpx.delete(f"{connect.url}/connectors/{sink.name}", timeout=30)
-    (alert,) = received
+    alert, resolved = received
     assert alert["kerr"]["pipeline"] == "guarded"
     # One malformed order in four; the guard may trip on the first Spark task's metrics
     # before the second task has published its own, so the reading covers >= 100 records.
@@ -216,6 +217,19 @@ def test_breach_pauses_alerts_and_recovery_resumes(  # noqa: PLR0913 - pytest in
     asked = details["paused_on_breach"][sink.name]
     assert asked["error"] is None, asked
     assert asked["asked_at_ms"] / 1000 < started["pause_connectors"].timestamp(), (asked, started)
+    resolved_after_recovery(resolved["kerr"], alert["kerr"], asked["asked_at_ms"])
+    assert resolved["text"].startswith(f"Resolved (breach) in pipeline guarded: {sink.name} running again after ")
+
+
+def resolved_after_recovery(resolved: dict[str, Any], alert: dict[str, Any], paused_at_ms: int) -> None:
+    """One episode, then its "resolved" message: the 75 malformed orders counted once, the peak near 25 %."""
+    assert resolved["event"] == "breach_resolved"
+    assert resolved["episode_key"] == alert["episode_key"]
+    assert resolved["episode_started_at_ms"] == paused_at_ms
+    figures = resolved["figures"]
+    assert figures["records_failed"] == 75 and figures["records_in"] >= 300, figures
+    assert 0.2 <= figures["peak_error_rate"] <= 0.3, figures
+    assert resolved["answer"] is None, "nobody was asked: recovery resumed it"
 
 
 def test_an_unreadable_dlq_still_alerts_and_says_why_the_sample_is_missing(
@@ -274,41 +288,13 @@ def test_an_unreadable_dlq_still_alerts_and_says_why_the_sample_is_missing(
 
 
 def _answer_when_asked(dag_id: str, task_id: str, chosen: str, user: str, failures: list[BaseException]) -> None:
-    """Wait until the guard's question is in the metadata DB, then answer it through Airflow's own response route.
+    """Answer the guard's question once it is asked, through Airflow's own response route (``local.hitl``).
 
-    The route function of the core API (the one the Required actions page calls), with a
-    simple-auth-manager user: no api-server runs beside ``dag.test()`` here; the browser
-    test (tests/ui/test_guard_question.py) answers through the real UI.
+    No api-server runs beside ``dag.test()`` here; the browser test
+    (tests/ui/test_guard_question.py) answers through the real UI.
     """
     try:
-        from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-        from airflow.api_fastapi.core_api.datamodels.hitl import UpdateHITLDetailPayload
-        from airflow.api_fastapi.core_api.routes.public.hitl import update_hitl_detail
-        from airflow.models.hitl import HITLDetail
-        from airflow.models.taskinstance import TaskInstance
-        from airflow.utils.session import create_session
-        from sqlalchemy import select
-
-        deadline = time.monotonic() + 240
-        while True:
-            assert time.monotonic() < deadline, "the guard never asked"
-            with create_session() as session:
-                row = session.execute(
-                    select(TaskInstance.run_id)
-                    .join(HITLDetail, HITLDetail.ti_id == TaskInstance.id)
-                    .where(TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id)
-                ).first()
-                if row is not None:
-                    update_hitl_detail(
-                        dag_id=dag_id,
-                        dag_run_id=row[0],
-                        task_id=task_id,
-                        update_hitl_detail_payload=UpdateHITLDetailPayload(chosen_options=[chosen], params_input={}),
-                        user=SimpleAuthManagerUser(username=user, role="op"),
-                        session=session,
-                    )
-                    return
-            time.sleep(0.5)
+        answer_question(dag_id, task_id, chosen, user)
     except BaseException as exc:
         failures.append(exc)
 
