@@ -23,12 +23,12 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from airflow.sdk import TaskGroup, task
+from airflow.sdk import BaseSensorOperator, Context, TaskGroup, task
 
 from airflow_kerr.errors.masking import mask_text
 from airflow_kerr.hooks.kafka import KafkaClusterHook
@@ -382,13 +382,6 @@ def tolerance_guard(  # noqa: PLR0913, C901, PLR0915 - flat keyword arguments (i
         verify >> resolve()
         if remind_s is not None:
 
-            @task.sensor(
-                task_id="remind",
-                poke_interval=remind_s,
-                mode="reschedule",
-                timeout=timeouts["recovery"] + timeouts["response"] + remind_s,
-                soft_fail=True,
-            )
             def remind(**context: Any) -> bool:
                 """Every look after the first, while the sink is paused and nobody chose to keep it so: a reminder."""
                 ti = context["ti"]
@@ -420,8 +413,26 @@ def tolerance_guard(  # noqa: PLR0913, C901, PLR0915 - flat keyword arguments (i
                 )
                 return False
 
-            notified >> remind()
+            notified >> ReminderSensor(
+                task_id="remind",
+                check=remind,
+                poke_interval=remind_s,
+                mode="reschedule",
+                timeout=timeouts["recovery"] + timeouts["response"] + remind_s,
+                soft_fail=True,
+            )
     return group
+
+
+class ReminderSensor(BaseSensorOperator):
+    """Look every ``poke_interval`` (rescheduled: no worker slot between looks); ``check`` reminds and says if done."""
+
+    def __init__(self, *, check: Callable[..., bool], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.check = check
+
+    def poke(self, context: Context) -> bool:
+        return self.check(**context)
 
 
 def _question_tasks(  # noqa: PLR0913 - the question's settings, passed from tolerance_guard's own arguments

@@ -96,6 +96,18 @@ def test_resume_now_in_the_required_actions_page_resumes_the_sink(
         return answer.json()["value"] if answer.status_code == 200 else None
 
     _wait("the guard asking", lambda: ti("ask_on_call")["state"] in ("awaiting_input", "deferred"), 300, local_ui)
+    # Airflow 3.3.2 fails a question answered before the scheduler has handled the exit of the worker that
+    # parked it (the exit's "success" then looks like the resumed try's): wait for the scheduler's line first.
+    parked = f"task_id={GROUP}.ask_on_call, run_id={run_id}, map_index=-1"
+    _wait(
+        "the scheduler to handle the parked question's worker exit",
+        lambda: any(
+            parked in line and "state=awaiting_input" in line
+            for line in local_ui.log_path.read_text(errors="replace").splitlines()
+        ),
+        120,
+        local_ui,
+    )
     assert _connector_state(local_ui) == "PAUSED"
     alert = xcom("notify")
     link = alert["question_link"]
