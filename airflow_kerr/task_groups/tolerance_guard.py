@@ -234,10 +234,12 @@ def tolerance_guard(  # noqa: PLR0913, C901, PLR0915 - flat keyword arguments (i
             asked = [p.get("asked_at_ms") for p in (details.get("paused_on_breach") or {}).values()]
             started = min([a for a in asked if a] or [int(time.time() * 1000)])
             base = ui_base_url(ti)
+            # What the episode is about: the reading says when it is not a breach (an outage trip says "outage").
+            kind = str((ti.xcom_pull(task_ids=breach.task_id) or {}).get("kind") or "breach")
             fields: dict[str, Any] = {
-                "kind": "breach",
+                "kind": kind,
                 "episode_event": "opened",
-                "episode_key": episode_key("breach", details.get("pipeline"), names, ti.dag_id, ti.run_id),
+                "episode_key": episode_key(kind, details.get("pipeline"), names, ti.dag_id, ti.run_id),
                 "episode_started_at_ms": started,
                 "connectors": names,
                 "question_link": question_link(base, ti.dag_id, ti.run_id, ask_task_id) if (ask and base) else None,
