@@ -124,6 +124,10 @@ def test_resume_now_in_the_required_actions_page_resumes_the_sink(
         button.click()
         _wait("the run's success", lambda: ti("verify_running")["state"] == "success", 300, local_ui)
         page.reload()
+        # The question's page now shows that it was answered, and by whom ("Response received at <time> from admin").
+        received = page.get_by_text("Response received at", exact=False).first
+        expect(received).to_be_visible(timeout=120_000)
+        expect(received).to_contain_text(f"from {local_ui.username}")
         screenshot(page, "guard_answered.png")
     except BaseException:
         screenshot(page, "guard_failure.png")
