@@ -14,7 +14,13 @@ from typing import Any
 
 
 def waiting_run(dag_id: str, task_id: str) -> str | None:
-    """The run id whose ``task_id`` has asked (a human-in-the-loop detail with no response yet), or None."""
+    """The run id whose ``task_id`` waits for an answer (parked, no response yet), or None.
+
+    Parked means ``awaiting_input`` (Airflow 3.3) or ``deferred`` (3.2), not merely asked: on
+    SQLite (``make demo``, ``make ui``) the response route and the worker's park take no row
+    locks, so an answer recorded while the task is still parking can be missed by both and the
+    task waits until its timeout.
+    """
     from airflow.models.hitl import HITLDetail
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
@@ -27,6 +33,7 @@ def waiting_run(dag_id: str, task_id: str) -> str | None:
             .where(
                 TaskInstance.dag_id == dag_id,
                 TaskInstance.task_id == task_id,
+                TaskInstance.state.in_(("awaiting_input", "deferred")),
                 HITLDetail.responded_at.is_(None),
             )
         ).first()
