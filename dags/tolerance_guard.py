@@ -5,7 +5,7 @@ least 100 records were seen) → pause ``orders-sink`` → alert → ask the on-
 in Airflow's Required actions (resume now, wait for recovery, replay the DLQ then
 resume, keep paused; no answer in 15 minutes means wait for recovery) → resume →
 verify RUNNING → a "resolved" message with the episode's figures. A reminder goes
-out every 30 minutes while the sink stays paused. Trigger it when the pipeline
+out every 30 minutes while the guard waits for recovery. Trigger it when the pipeline
 starts; it ends once the connector runs again.
 
 The alert goes through the slack provider's ``SlackWebhookNotifier`` with the

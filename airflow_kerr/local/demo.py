@@ -258,7 +258,7 @@ def run_story(bootstrap: str, connect: ConnectWorker, receiver: AlertReceiver) -
 
         step("the guard asks the on-call person in Required actions; they answer 'Wait for recovery'")
         answered = answer_question("tolerance_guard", "tolerance_guard.ask_on_call", "Wait for recovery", "on-call")
-        print(f"    answered by {answered.get('responded_by_user', {}).get('name')}: {answered.get('chosen_options')}")
+        print(f"    answered by {answered.get('responded_by', {}).get('name')}: {answered.get('chosen_options')}")
 
         step("DAG dlq_replay: repair the invalid orders and put them back on 'orders' (transactional)")
         states, replay = run_dag(

@@ -9,7 +9,7 @@ the episode's figures. Connector watchdogs react only to a FAILED task; this rea
 the error rate before anything fails, and undoes itself once the pipeline is healthy again.
 
 Every message of one breach (the alert, the reminders every ``reminder_interval`` while
-the sink stays paused, the "resolved" message) carries one episode key
+the guard waits for recovery, the "resolved" message) carries one episode key
 (:func:`~airflow_kerr.kafka.episode.episode_key`), so a deduplicating notifier groups them.
 
 The alert quotes the DLQ's newest dead letters (top exception classes, failing
@@ -28,14 +28,14 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from airflow.sdk import BaseSensorOperator, Context, TaskGroup, task
+from airflow.sdk import Context, TaskGroup, task
 
 from airflow_kerr.errors.masking import mask_text
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.dead_letters import alert_sample
 from airflow_kerr.kafka.episode import episode_figures, episode_key
-from airflow_kerr.kafka.tolerance import ToleranceSpec, ToleranceWatch, seconds
+from airflow_kerr.kafka.tolerance import ToleranceSpec, seconds
 from airflow_kerr.notifiers.tolerance_breach import ToleranceBreachNotifier
 from airflow_kerr.operators.connector_control import PauseConnectorOperator, ResumeConnectorOperator
 from airflow_kerr.sensors.connector_state import ConnectorStateSensor
@@ -156,7 +156,7 @@ def tolerance_guard(  # noqa: PLR0913, C901, PLR0915 - flat keyword arguments (i
     nobody answering within ``response_timeout`` means "wait for recovery". "Replay the DLQ,
     then resume" runs :class:`~airflow_kerr.operators.dlq_replay.DeadLetterQueueReplayOperator`
     on ``dlq_topic`` with ``replay``'s extra arguments. ``reminder_interval`` sends a reminder
-    at that interval while the sink stays paused (None: no reminders).
+    at that interval while the guard waits for recovery (None: no reminders; a deferrable wait sends none).
     Arguments are keyword-only, so a misspelt one fails with a ``TypeError`` naming it.
 
     The watch settings make one :class:`~airflow_kerr.kafka.tolerance.ToleranceSpec`, built
@@ -285,8 +285,24 @@ def tolerance_guard(  # noqa: PLR0913, C901, PLR0915 - flat keyword arguments (i
             sender.send(details, context)
             return details
 
-        recovery = ToleranceSensor(
-            task_id="wait_for_recovery", wait_for="recovery", timeout=timeouts["recovery"], **watch
+        def remind(context: Any, reading: Any) -> None:
+            """A reminder: still paused, for how long, the error rate now, who decided what."""
+            opened = context["ti"].xcom_pull(task_ids=notify_task_id) or {}
+            started = int(opened.get("episode_started_at_ms") or time.time() * 1000)
+            follow_up(
+                "reminder",
+                context,
+                figures={"duration_s": round(time.time() - started / 1000, 1)},
+                error_rate=reading.error_rate if reading is not None else None,
+            )
+
+        recovery = RemindingToleranceSensor(
+            task_id="wait_for_recovery",
+            wait_for="recovery",
+            timeout=timeouts["recovery"],
+            remind_every_s=remind_s,
+            remind=remind,
+            **watch,
         )
         resume = ResumeConnectorOperator(
             task_id="resume_connectors", trigger_rule="none_failed_min_one_success", **control
@@ -382,59 +398,36 @@ def tolerance_guard(  # noqa: PLR0913, C901, PLR0915 - flat keyword arguments (i
             branch >> [recovery, resume]
         recovery >> resume >> verify
         verify >> resolve()
-        if remind_s is not None:
-
-            def remind(**context: Any) -> bool:
-                """Every look after the first, while the sink is paused and nobody chose to keep it so: a reminder."""
-                ti = context["ti"]
-                answer = recorded_answer(ti)
-                if answer and answer.get("chosen") == KEEP_PAUSED:
-                    ti.log.info("%s chose to keep the sink paused: no more reminders", answer.get("responded_by"))
-                    return True
-                with KafkaConnectHook(kafka_connect_conn_id) as hook:
-                    states = {name: hook.get_status(name).get("connector", {}).get("state") for name in names}
-                if all(state == "RUNNING" for state in states.values()):
-                    return True
-                opened = ti.xcom_pull(task_ids=notify_task_id) or {}
-                started = int(opened.get("episode_started_at_ms") or 0)
-                elapsed_s = time.time() - started / 1000
-                if elapsed_s < remind_s / 2:
-                    return False  # the first look, right after the alert
-                watch = ToleranceWatch(
-                    kafka_config=KafkaClusterHook(kafka_config_id=kafka_config_id).client_config(),
-                    wait_for="recovery",
-                    spec=spec_of(opened),
-                )
-                _, reading = watch.check()
-                follow_up(
-                    "reminder",
-                    context,
-                    figures={"duration_s": round(elapsed_s, 1)},
-                    error_rate=reading.error_rate if reading is not None else None,
-                    states=states,
-                )
-                return False
-
-            notified >> ReminderSensor(
-                task_id="remind",
-                check=remind,
-                poke_interval=remind_s,
-                mode="reschedule",
-                timeout=timeouts["recovery"] + timeouts["response"] + remind_s,
-                soft_fail=True,
-            )
     return group
 
 
-class ReminderSensor(BaseSensorOperator):
-    """Look every ``poke_interval`` (rescheduled: no worker slot between looks); ``check`` reminds and says if done."""
+class RemindingToleranceSensor(ToleranceSensor):
+    """The recovery wait that also reminds: every ``remind_every_s`` of waiting, ``remind(context, reading)``.
 
-    def __init__(self, *, check: Callable[..., bool], **kwargs: Any) -> None:
+    The wait pokes in one worker process (``mode="poke"``), so the next reminder's time is kept
+    on the sensor between looks; a deferrable wait sends no reminders (its looks run on the triggerer).
+    """
+
+    def __init__(self, *, remind_every_s: float | None, remind: Callable[..., None], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.check = check
+        self.remind_every_s = remind_every_s
+        self.remind = remind
+        self._next_reminder_s: float | None = None
 
-    def poke(self, context: Context) -> bool:
-        return self.check(**context)
+    def poke(self, context: Context) -> Any:
+        done = super().poke(context)
+        if done or not self.remind_every_s:
+            return done
+        now = time.time()
+        if self._next_reminder_s is None:
+            self._next_reminder_s = now + self.remind_every_s
+        elif now >= self._next_reminder_s:
+            self._next_reminder_s = now + self.remind_every_s
+            try:
+                self.remind(context, self.watch().check()[1])
+            except Exception as exc:  # a reminder never changes the wait's outcome
+                self.log.warning("reminder not sent: %s", mask_text(f"{type(exc).__name__}: {exc}"))
+        return done
 
 
 def _question_tasks(  # noqa: PLR0913 - the question's settings, passed from tolerance_guard's own arguments

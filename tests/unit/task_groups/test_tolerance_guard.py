@@ -185,9 +185,11 @@ def test_a_bad_lifecycle_setting_is_named(arguments: dict[str, Any], message: st
         tolerance_guard(connectors="orders-sink", pipeline="p", max_errors=1, ask=True, **arguments)
 
 
-def test_the_reminder_is_a_rescheduling_sensor_at_the_interval() -> None:
+def test_the_recovery_wait_reminds_at_the_interval() -> None:
+    from airflow_kerr.task_groups.tolerance_guard import RemindingToleranceSensor
+
     with a_dag("guard_reminds") as dag:
         tolerance_guard(connectors="orders-sink", pipeline="p", max_errors=1, reminder_interval=1800)
-    remind: Any = dag.get_task("tolerance_guard.remind")
-    assert remind.mode == "reschedule" and remind.poke_interval == 1800
-    assert remind.upstream_task_ids == {"tolerance_guard.notify"}
+    wait: Any = dag.get_task("tolerance_guard.wait_for_recovery")
+    assert isinstance(wait, RemindingToleranceSensor) and wait.remind_every_s == 1800
+    assert wait.wait_for == "recovery"
