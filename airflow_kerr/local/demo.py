@@ -312,12 +312,16 @@ def run_story(bootstrap: str, connect: ConnectWorker, receiver: AlertReceiver) -
 
 
 def breach_alerts(receiver: AlertReceiver) -> list[dict[str, Any]]:
-    """The breach alerts among the messages (one per episode); reminders and "resolved" messages are not alerts."""
-    return [a for a in receiver.alerts if a.get("kerr", {}).get("event") == "tolerance_breach"]
+    """The breach alerts among the messages (one per episode); reminders and "resolved" messages are not alerts.
+
+    The example guard posts through SlackWebhookNotifier, whose body is Slack's (text and blocks, no ``kerr``
+    object), so the message is told by its first line.
+    """
+    return [a for a in receiver.alerts if str(a.get("text", "")).startswith("Tolerance breached")]
 
 
 def resolved_messages(receiver: AlertReceiver) -> list[dict[str, Any]]:
-    return [a for a in receiver.alerts if a.get("kerr", {}).get("event") == "breach_resolved"]
+    return [a for a in receiver.alerts if str(a.get("text", "")).startswith("Resolved (breach)")]
 
 
 def run_single_dag(dag_id: str) -> int:
