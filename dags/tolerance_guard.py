@@ -1,16 +1,19 @@
 """The tolerance guard: pause the downstream sink connector while the orders pipeline breaches its error rate.
 
 wait for a breach (more than 2 % of the records failing over 5 minutes, once at
-least 100 records were seen) → pause ``orders-sink`` → alert → wait for recovery,
-or resume at once when the trigger form's go-ahead box is ticked → resume →
-verify RUNNING. Trigger it when the pipeline starts; it ends once the connector
-runs again.
+least 100 records were seen) → pause ``orders-sink`` → alert → ask the on-call person
+in Airflow's Required actions (resume now, wait for recovery, replay the DLQ then
+resume, keep paused; no answer in 15 minutes means wait for recovery) → resume →
+verify RUNNING → a "resolved" message with the episode's figures. A reminder goes
+out every 30 minutes while the guard waits for recovery. Trigger it when the pipeline
+starts; it ends once the connector runs again.
 
 The alert goes through the slack provider's ``SlackWebhookNotifier`` with the
 ``kerr_slack_alerts`` connection (type ``slack_webhook``: the webhook token as its password,
 or the whole webhook URL), read only when the alert is sent; without that connection the
 alert is in the task log, with a line naming the missing connection. The form's one field is
-optional, so it triggers with the form's defaults (the go-ahead box unticked).
+optional, so it triggers with the form's defaults (the go-ahead box unticked); that box is
+deprecated: answer the question instead.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ with DAG(
         GO_AHEAD_PARAM: Param(
             False,
             type=["null", "boolean"],
-            title="Resume without waiting for recovery",
-            description="Tick to resume the connector right after the alert, e.g. once the cause is fixed upstream.",
+            title="Resume without asking (deprecated)",
+            description="Deprecated: answer the guard's question in Required actions instead. Ticked, the guard "
+            "resumes right after the alert without asking.",
         ),
     },
 ) as dag:
@@ -52,4 +56,8 @@ with DAG(
         poke_interval=1,
         # text="" is filled with the breach message (text and blocks); see ToleranceBreachNotifier.
         notifier={"notifiers": [SlackWebhookNotifier(slack_webhook_conn_id="kerr_slack_alerts", text="")]},
+        # After the alert, ask the on-call person; nobody answering in 15 minutes means "wait for recovery".
+        ask=True,
+        response_timeout=timedelta(minutes=15),
+        reminder_interval=timedelta(minutes=30),
     )

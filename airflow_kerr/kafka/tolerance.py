@@ -215,7 +215,7 @@ class ToleranceReading:
             "window_start_ms": self.window_start_ms,
             "window_end_ms": self.window_end_ms,
             "source": self.source,
-        } | ({"outage": self.outage} if self.outage is not None else {})
+        } | ({"kind": "outage", "outage": self.outage} if self.outage is not None else {})
 
 
 def metrics_window(

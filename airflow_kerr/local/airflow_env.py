@@ -105,6 +105,8 @@ def airflow_environment(
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__API__HOST": host,
             "AIRFLOW__API__PORT": str(port),
+            # The address people open: the links in alerts (the guard's question, the DLQ view) are built from it.
+            "AIRFLOW__API__BASE_URL": f"http://{client_host(host)}:{port}",
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
             **IDLE_SETTINGS,

@@ -3,12 +3,13 @@
 1. an orders stream with poison in it goes through the error-aware Spark job
    (``error_aware_pipeline``): bad records land in ``orders.dlq``;
 2. the tolerance guard (``tolerance_guard``, running alongside) sees the breach,
-   pauses the downstream ``orders-sink`` connector (a real Kafka Connect FileStreamSink) and
-   posts an alert to a local webhook receiver, which prints it;
+   pauses the downstream ``orders-sink`` connector (a real Kafka Connect FileStreamSink),
+   posts an alert to a local webhook receiver, which prints it, and asks the on-call person,
+   who answers "Wait for recovery" (recorded through Airflow's own response route);
 3. the replay DAG (``dlq_replay``) repairs the invalid orders and puts them back
    on ``orders`` in transactions; what cannot be repaired is parked;
-4. a clean run brings the error rate down: the guard sees recovery and resumes the
-   connector.
+4. a clean run brings the error rate down: the guard sees recovery, resumes the
+   connector and posts the "resolved" message with the episode's figures.
 
 Everything runs against the embedded broker (or ``KAFKA_BOOTSTRAP_SERVERS``), a real
 Kafka Connect worker and an isolated Airflow under ``.kerr/demo``.
@@ -36,6 +37,7 @@ from airflow_kerr.local.broker import (
     wait_for_metadata,
 )
 from airflow_kerr.local.connect_worker import ConnectWorker
+from airflow_kerr.local.hitl import answer_question
 from airflow_kerr.local.orders_example import CONNECTOR, OUTPUT_FILE, TOPICS, add_sink_connector
 from airflow_kerr.local.process import StopTarget, stop_stack
 from airflow_kerr.local.schema_registry import LocalSchemaRegistry, start_registry
@@ -261,6 +263,10 @@ def run_story(bootstrap: str, connect: ConnectWorker, receiver: AlertReceiver) -
             else "    orders-sink is PAUSED (no metrics record of this run breaches the guard's limit: see its log)"
         )
 
+        step("the guard asks the on-call person in Required actions; they answer 'Wait for recovery'")
+        answered = answer_question("tolerance_guard", "tolerance_guard.ask_on_call", "Wait for recovery", "on-call")
+        print(f"    answered by {answered.get('responded_by', {}).get('name')}: {answered.get('chosen_options')}")
+
         step("DAG dlq_replay: repair the invalid orders and put them back on 'orders' (transactional)")
         states, replay = run_dag(
             "dlq_replay",
@@ -297,7 +303,8 @@ def run_story(bootstrap: str, connect: ConnectWorker, receiver: AlertReceiver) -
             ("replayed", replayed.get("replayed", "?")),
             ("parked", replayed.get("parked", "?")),
             ("breach-to-paused latency", "unknown" if latency is None else f"{latency:.1f} s"),
-            ("alerts received", len(receiver.alerts)),
+            ("alerts received", len(breach_alerts(receiver))),
+            ("resolved messages received", len(resolved_messages(receiver))),
             ("connector orders-sink", connector_state(connect)),
         ]
     )
@@ -309,7 +316,20 @@ def run_story(bootstrap: str, connect: ConnectWorker, receiver: AlertReceiver) -
         "  - the same DAGs in the Airflow UI: make ui\n"
         "  - how to write your own: README.md"
     )
-    return 0 if guard_ok and len(receiver.alerts) == 1 else 1
+    return 0 if guard_ok and len(breach_alerts(receiver)) == 1 and len(resolved_messages(receiver)) == 1 else 1
+
+
+def breach_alerts(receiver: AlertReceiver) -> list[dict[str, Any]]:
+    """The breach alerts among the messages (one per episode); reminders and "resolved" messages are not alerts.
+
+    The example guard posts through SlackWebhookNotifier, whose body is Slack's (text and blocks, no ``kerr``
+    object), so the message is told by its first line.
+    """
+    return [a for a in receiver.alerts if str(a.get("text", "")).startswith("Tolerance breached")]
+
+
+def resolved_messages(receiver: AlertReceiver) -> list[dict[str, Any]]:
+    return [a for a in receiver.alerts if str(a.get("text", "")).startswith("Resolved (breach)")]
 
 
 def run_single_dag(dag_id: str) -> int:

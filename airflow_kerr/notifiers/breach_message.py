@@ -14,7 +14,7 @@ a mail client as markup.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,8 +58,6 @@ def outage_lines(details: Mapping[str, Any]) -> list[str]:
 
 def breach_lines(details: Mapping[str, Any]) -> list[str]:
     """The message's lines, unmasked: the first is the summary, the rest say what failed and where."""
-    if isinstance(details.get("outage"), Mapping):
-        return outage_lines(details)
     lines = [
         f"Tolerance breached in pipeline {details['pipeline'] or '?'}: "
         f"error rate {rate(details['error_rate'])} (limit {rate(details['max_error_rate'])}), "
@@ -103,7 +101,99 @@ def breach_lines(details: Mapping[str, Any]) -> list[str]:
         lines.append(f"Dead letter queue: {details['dlq_topic']}{of}")
     if details["link"]:
         lines.append(f"Run: {details['link']}")
+    lines.extend(link_lines(details))
     return lines
+
+
+def link_lines(details: Mapping[str, Any]) -> list[str]:
+    """Where the person acts: the guard's question (Airflow's required-actions page) and the DLQ view."""
+    lines = []
+    if details.get("question_link"):
+        lines.append(f"Decide (resume now, wait for recovery, replay the DLQ, keep paused): {details['question_link']}")
+    if details.get("dlq_link"):
+        lines.append(f"Dead letters: {details['dlq_link']}")
+    return lines
+
+
+def _minutes(seconds: Any) -> str:
+    """A duration as people read it in an alert: ``42 s``, ``12.5 min``, ``3.2 h``."""
+    if not isinstance(seconds, (int, float)):
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def answer_line(details: Mapping[str, Any]) -> str | None:
+    """Who decided what about the paused sink, or that nobody answered and the default was taken."""
+    answer = details.get("answer")
+    if not answer:
+        return None
+    who = answer.get("responded_by") or "nobody answered in time, the default"
+    return f"Decision: {answer.get('chosen')} ({who})"
+
+
+def reminder_lines(details: Mapping[str, Any]) -> list[str]:
+    """A reminder while the sink is still paused: how long, the latest reading, where to act."""
+    figures = details.get("figures") or {}
+    connectors = ", ".join(details.get("connectors") or []) or "the sink"
+    lines = [
+        f"Still paused ({details.get('kind') or 'breach'}) in pipeline {details.get('pipeline') or '?'}: "
+        f"{connectors} paused for {_minutes(figures.get('duration_s'))}; "
+        f"error rate now {rate(details.get('error_rate'))} (limit {rate(details.get('max_error_rate'))}).",
+    ]
+    if line := answer_line(details):
+        lines.append(line)
+    lines.extend(link_lines(details))
+    return lines
+
+
+def resolved_lines(details: Mapping[str, Any]) -> list[str]:
+    """The episode is over: the sink runs again; its figures and who decided."""
+    figures = details.get("figures") or {}
+    connectors = ", ".join(details.get("connectors") or []) or "the sink"
+    failed = figures.get("records_failed")
+    records_in = figures.get("records_in")
+    lines = [
+        f"Resolved ({details.get('kind') or 'breach'}) in pipeline {details.get('pipeline') or '?'}: "
+        f"{connectors} running again after {_minutes(figures.get('duration_s'))} paused.",
+        f"Records failed: {'n/a' if failed is None else failed} of {'n/a' if records_in is None else records_in}; "
+        f"peak error rate {rate(figures.get('peak_error_rate'))} (limit {rate(details.get('max_error_rate'))}).",
+    ]
+    if line := answer_line(details):
+        lines.append(line)
+    if details.get("replay"):
+        replay = details["replay"]
+        lines.append(f"Replayed from {details.get('dlq_topic') or 'the DLQ'}: {replay.get('replayed')} records")
+    if details.get("dlq_link"):
+        lines.append(f"Dead letters: {details['dlq_link']}")
+    return lines
+
+
+#: The first message of an episode, by kind. Another kind (the outage guard's) adds its own entry here.
+OPENED_LINES: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {"breach": breach_lines, "outage": outage_lines}
+#: Subjects by message, ``{kind}`` and ``{pipeline}`` filled in.
+SUBJECTS = {
+    "opened": "[kerr] {kind} in {pipeline}",
+    "reminder": "[kerr] still paused: {kind} in {pipeline}",
+    "resolved": "[kerr] resolved: {kind} in {pipeline}",
+}
+
+
+def kind_of(details: Mapping[str, Any]) -> str:
+    """The episode's kind: ``details["kind"]``, else ``outage`` when the reading carries the job's outage."""
+    return str(details.get("kind") or ("outage" if isinstance(details.get("outage"), Mapping) else "breach"))
+
+
+def message_lines(details: Mapping[str, Any]) -> list[str]:
+    """The lines for ``details``, by its ``episode_event`` (an alert without one is an opening alert)."""
+    event = details.get("episode_event") or "opened"
+    if event == "reminder":
+        return reminder_lines(details)
+    if event == "resolved":
+        return resolved_lines(details)
+    # A kind with no lines of its own yet reads as a breach: an alert must go out whatever its kind.
+    return OPENED_LINES.get(kind_of(details), breach_lines)(details)
 
 
 @dataclass(frozen=True)
@@ -127,7 +217,7 @@ class BreachMessage:
         """The message for ``details`` (as the notifier builds them), masked whatever a caller passed."""
         masked: dict[str, Any] = mask_secrets(dict(details), by_key=False)
         # Masked as one text, not line by line: a PEM block in an exception message spans lines.
-        text = mask_text("\n".join(breach_lines(masked)))
+        text = mask_text("\n".join(message_lines(masked)))
         lines = text.splitlines()
         summary = lines[0]
         mrkdwn = slack_escape(text)
@@ -138,17 +228,45 @@ class BreachMessage:
         return cls(
             text=text,
             summary=summary,
-            subject=mask_text(f"[kerr] {_event_words(masked)} in {masked.get('pipeline') or 'a pipeline'}"),
+            subject=mask_text(subject(masked)),
             blocks=[{"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}],
             html=html_body,
             details=masked,
         )
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """Email headers naming the episode (``X-Kerr-Episode``, ``X-Kerr-Event``), for filters and ticket systems."""
+        key = self.details.get("episode_key")
+        return {"X-Kerr-Episode": str(key), "X-Kerr-Event": event_name(self.details)} if key else {}
+
     def webhook_payload(self) -> dict[str, Any]:
-        """A Slack incoming-webhook body; other receivers read the structured details under ``kerr``."""
-        event = "outage" if self.details.get("outage") else "tolerance_breach"
-        return {"text": self.summary, "blocks": self.blocks, "kerr": {"event": event, **self.details}}
+        """A Slack incoming-webhook body; other receivers read the structured details under ``kerr``.
+
+        ``kerr.event`` is ``tolerance_breach`` for a breach's first alert and ``outage`` for an
+        outage's (as before episodes), else ``<kind>_<episode_event>`` (``breach_reminder``,
+        ``breach_resolved``, ``outage_resolved`` ...);
+        ``kerr.episode_key`` is the same for every message of one episode.
+        """
+        return {
+            "text": self.summary,
+            "blocks": self.blocks,
+            "kerr": {"event": event_name(self.details), **self.details},
+        }
 
 
-def _event_words(details: Mapping[str, Any]) -> str:
-    return "outage" if details.get("outage") else "tolerance breached"
+def event_name(details: Mapping[str, Any]) -> str:
+    """The webhook's ``kerr.event`` for ``details``."""
+    kind, event = kind_of(details), details.get("episode_event") or "opened"
+    if event == "opened":
+        return {"breach": "tolerance_breach"}.get(kind, kind)  # first alerts keep their names from before episodes
+    return f"{kind}_{event}"
+
+
+def subject(details: Mapping[str, Any]) -> str:
+    """An email's subject: what happened, in which pipeline; a breach's first alert keeps its old subject."""
+    kind, event = kind_of(details), details.get("episode_event") or "opened"
+    pipeline = details.get("pipeline") or "a pipeline"
+    if (kind, event) == ("breach", "opened"):
+        return f"[kerr] tolerance breached in {pipeline}"
+    return SUBJECTS.get(event, SUBJECTS["opened"]).format(kind=kind, pipeline=pipeline)

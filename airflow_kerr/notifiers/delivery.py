@@ -16,6 +16,10 @@ breach):
 3. call the copy's ``notify(context)``, the notifier's own sending code, with its own
    hook and connection.
 
+Every message of one episode (the alert, reminders, "resolved") carries the same
+``episode_key``; it fills an empty ``dedup_key`` (PagerDuty's), and a PagerDuty notifier
+left at its default ``action="trigger"`` sends the "resolved" message as ``resolve``.
+
 A field the user wrote is kept: ``SlackWebhookNotifier`` requires ``text``, and
 ``text=""`` or ``text="{{ kerr_breach.summary }}"`` both give the breach's summary.
 """
@@ -51,8 +55,12 @@ def message_fields(notifier: BaseNotifier, message: BreachMessage) -> dict[str, 
         "body": message.text,
         "title": message.subject,
         "summary": message.summary,
+        # PagerDuty's dedup key (and any notifier's field of that name): every message of one episode shares it.
+        "dedup_key": message.details.get("episode_key"),
+        # SmtpNotifier's extra headers: a mail filter or a ticket system can group one episode's mails by it.
+        "custom_headers": message.headers or None,
     }
-    return {name: value for name, value in forms.items() if name in fields}
+    return {name: value for name, value in forms.items() if name in fields and value is not None}
 
 
 def _empty(value: Any) -> bool:
@@ -82,6 +90,9 @@ def deliver(notifier: BaseNotifier, message: BreachMessage, context: Mapping[str
         for field, value in message_fields(sender, message).items():
             if _empty(getattr(sender, field, None)):
                 setattr(sender, field, value)
+        if message.details.get("episode_event") == "resolved" and getattr(sender, "action", None) == "trigger":
+            # PagerDuty's default action: the "resolved" message closes the incident its dedup key opened.
+            sender.action = "resolve"  # type: ignore[attr-defined]
         sender.notify(context)  # type: ignore[arg-type]
     except Exception as exc:  # every notifier's hook raises its own types
         log.error("tolerance alert through %s was not delivered: %s", name, mask_text(f"{type(exc).__name__}: {exc}"))

@@ -238,6 +238,7 @@ class ToleranceBreachNotifier(BaseNotifier):
                     to=self.email_to,  # type: ignore[arg-type]
                     subject=message.subject,
                     html_content=message.html,
+                    custom_headers=message.headers or None,
                 )
             return True
         except Exception as exc:  # smtplib and the hook raise many unrelated types

@@ -1,4 +1,4 @@
-"""The tolerance guard alerting Slack and email at once, as a DAG file."""
+"""The tolerance guard alerting Slack and email at once and asking the on-call person, as a DAG file."""
 
 from datetime import timedelta
 
@@ -14,7 +14,7 @@ with DAG(
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
-    params={GO_AHEAD_PARAM: False},  # "resume_without_recovery", ticked in the trigger form
+    params={GO_AHEAD_PARAM: False},  # "resume_without_recovery": deprecated with ask=True
 ):
     tolerance_guard(
         connectors="orders-sink",
@@ -28,4 +28,7 @@ with DAG(
                 SmtpNotifier(to="oncall@example.com", smtp_conn_id="smtp_default"),
             ],
         },
+        ask=True,  # "resume now?" in Airflow's Required actions after the alert
+        response_timeout=timedelta(minutes=15),  # then "wait for recovery"
+        reminder_interval=timedelta(minutes=30),
     )

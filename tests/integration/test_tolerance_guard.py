@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from airflow_kerr.examples.orders import generate_orders
 from airflow_kerr.local.connect_worker import ConnectWorker, connector_config
 from airflow_kerr.local.dead_letters import write_task_metrics
+from airflow_kerr.local.hitl import answer_question
 from airflow_kerr.spark.driver import run_job
 from airflow_kerr.spark.spec import PipelineSpec
 
@@ -193,7 +195,7 @@ def test_breach_pauses_alerts_and_recovery_resumes(  # noqa: PLR0913 - pytest in
     assert timeline["paused"] < timeline["clean"], timeline
     assert sink.state() == "RUNNING"
     httpx.delete(f"{connect.url}/connectors/{sink.name}", timeout=30)
-    (alert,) = received
+    alert, resolved = received
     assert alert["kerr"]["pipeline"] == "guarded"
     # One malformed order in four; the guard may trip on the first Spark task's metrics
     # before the second task has published its own, so the reading covers >= 100 records.
@@ -217,6 +219,19 @@ def test_breach_pauses_alerts_and_recovery_resumes(  # noqa: PLR0913 - pytest in
     assert asked["error"] is None, asked
     assert asked["asked_at_ms"] / 1000 >= timeline["poisoned"], "paused before any poisoned order was written"
     assert asked["asked_at_ms"] / 1000 < started["pause_connectors"].timestamp(), (asked, started)
+    resolved_after_recovery(resolved["kerr"], alert["kerr"], asked["asked_at_ms"])
+    assert resolved["text"].startswith(f"Resolved (breach) in pipeline guarded: {sink.name} running again after ")
+
+
+def resolved_after_recovery(resolved: dict[str, Any], alert: dict[str, Any], paused_at_ms: int) -> None:
+    """One episode, then its "resolved" message: the 75 malformed orders counted once, the peak near 25 %."""
+    assert resolved["event"] == "breach_resolved"
+    assert resolved["episode_key"] == alert["episode_key"]
+    assert resolved["episode_started_at_ms"] == paused_at_ms
+    figures = resolved["figures"]
+    assert figures["records_failed"] == 75 and figures["records_in"] >= 300, figures
+    assert 0.2 <= figures["peak_error_rate"] <= 0.3, figures
+    assert resolved["answer"] is None, "nobody was asked: recovery resumed it"
 
 
 def test_an_unreadable_dlq_still_alerts_and_says_why_the_sample_is_missing(
@@ -258,7 +273,12 @@ def test_an_unreadable_dlq_still_alerts_and_says_why_the_sample_is_missing(
     group = "tolerance_guard"
     assert states[f"{group}.notify"] == "success" and states[f"{group}.verify_running"] == "success", states
     assert states[f"{group}.wait_for_recovery"] == "skipped", states
-    (alert,) = received
+    alert, resolved = received
+    # One episode: the alert and the "resolved" message share its key; the go-ahead is named as the decision.
+    assert resolved["kerr"]["event"] == "breach_resolved" and alert["kerr"]["event"] == "tolerance_breach"
+    assert resolved["kerr"]["episode_key"] == alert["kerr"]["episode_key"]
+    assert resolved["kerr"]["answer"]["chosen"] == "Resume now", resolved["kerr"]
+    assert "Decision: Resume now (trigger form (resume_without_recovery))" in resolved["text"] + str(resolved["blocks"])
     text = alert["blocks"][0]["text"]["text"]
     assert text.startswith("Tolerance breached in pipeline unreadable: error rate 25.00% (limit 5.00%)"), text
     assert (
@@ -267,3 +287,91 @@ def test_an_unreadable_dlq_still_alerts_and_says_why_the_sample_is_missing(
     ), text
     assert "Top exceptions:" not in text and "Failing stages:" not in text, text
     assert alert["kerr"]["sample_error"].startswith("OffsetLookupError: "), alert["kerr"]
+
+
+def _answer_when_asked(dag_id: str, task_id: str, chosen: str, user: str, failures: list[BaseException]) -> None:
+    """Answer the guard's question once it is asked, through Airflow's own response route (``local.hitl``).
+
+    No api-server runs beside ``dag.test()`` here; the browser test
+    (tests/ui/test_guard_question.py) answers through the real UI.
+    """
+    try:
+        answer_question(dag_id, task_id, chosen, user)
+    except BaseException as exc:
+        failures.append(exc)
+
+
+def test_the_on_call_answer_resumes_and_the_resolved_message_names_who_gave_it(
+    kafka_config: dict[str, Any],
+    create_topic: Callable[..., str],
+    unique_topic: str,
+    connect: ConnectWorker,
+    webhook: tuple[str, list[Any]],
+    airflow_home: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    write_dag: Callable[[str, str], Any],
+) -> None:
+    """Breach → pause → alert with the question's link → "Resume now" by ``oncall`` → RUNNING → "resolved"."""
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": kafka_config}))
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://airflow.example:8080")
+    metrics = create_topic(f"{unique_topic}.metrics")
+    dlq = create_topic(f"{unique_topic}.dlq")
+    sink = add_sink(connect, f"orders-sink-{unique_topic[-8:]}", create_topic(f"{unique_topic}.clean"))
+    write_task_metrics(kafka_config, metrics, "asked", records_in=200, errors=50)
+    url, received = webhook
+    dag_id = f"guard_{unique_topic[-8:]}"
+    dag = guard_dag(
+        write_dag,
+        dag_id,
+        connectors=sink.name,
+        pipeline="asked",
+        metrics_topic=metrics,
+        dlq_topic=dlq,
+        max_error_rate=0.05,
+        min_records=100,
+        window=60,
+        poke_interval=1,
+        breach_timeout=60,
+        recovery_timeout=60,
+        notifier={"webhook_url": url},
+        ask=True,
+    )
+    failures: list[BaseException] = []
+    answerer = threading.Thread(
+        target=_answer_when_asked, args=(dag_id, "tolerance_guard.ask_on_call", "Resume now", "oncall", failures)
+    )
+    answerer.start()
+    dag_run = dag.test()
+    answerer.join(timeout=60)
+    status = sink.status()
+    httpx.delete(f"{connect.url}/connectors/{sink.name}", timeout=30)
+
+    assert not failures, failures
+    states = {ti.task_id.split(".")[-1]: str(ti.state) for ti in dag_run.get_task_instances()}
+    assert states["ask_on_call"] == "success" and states["resume_connectors"] == "success", states
+    assert states["wait_for_recovery"] == "skipped" and states["keep_paused"] == "skipped", states
+    assert status["connector"]["state"] == "RUNNING", status
+    alert, resolved = received
+    assert alert["kerr"]["question_link"] == (
+        f"http://airflow.example:8080/dags/{dag_id}/runs/{quote(dag_run.run_id, safe='')}"
+        "/tasks/tolerance_guard.ask_on_call/required_actions?map_index=-1"
+    )
+    assert (
+        alert["kerr"]["dlq_link"]
+        == f"http://airflow.example:8080/kerr/dead-letters?topic={dlq}&kafka_config_id=kafka_default"
+    )
+    assert resolved["kerr"]["episode_key"] == alert["kerr"]["episode_key"]
+    assert resolved["kerr"]["answer"]["chosen"] == "Resume now"
+    assert resolved["kerr"]["answer"]["responded_by"] == "oncall" and resolved["kerr"]["answer"]["timed_out"] is False
+    figures = resolved["kerr"]["figures"]
+    assert figures["records_failed"] == 50 and figures["records_in"] == 200, figures
+    assert figures["peak_error_rate"] == pytest.approx(0.25), figures
+    assert resolved["text"].startswith(f"Resolved (breach) in pipeline asked: {sink.name} running again after ")
+    text = resolved["blocks"][0]["text"]["text"]
+    assert "Records failed: 50 of 200; peak error rate 25.00% (limit 5.00%)." in text, text
+    assert "Decision: Resume now (oncall)" in text, text
+    # The answer is in the run too: the question's XCom.
+    answer = next(ti for ti in dag_run.get_task_instances() if ti.task_id.endswith("ask_on_call")).xcom_pull(
+        task_ids="tolerance_guard.ask_on_call", key="answer"
+    )
+    assert answer["responded_by"] == "oncall", answer

@@ -3,6 +3,7 @@ and what its alert says about the DLQ sample."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pendulum
@@ -139,3 +140,56 @@ def test_a_pause_that_cannot_be_asked_is_reported_not_raised_and_its_reason_is_m
         assert "ConnectUnreachable" in asked["error"] and "could not connect" in asked["error"], asked
         assert "s3cret-pw" not in asked["error"]
     assert pause_on_breach("connect_away", []) == {}
+
+
+def test_asking_guard_maps_each_answer_to_its_task_and_waits_for_recovery_by_default() -> None:
+    from airflow.providers.standard.operators.hitl import HITLBranchOperator
+
+    with a_dag("guard_asks") as dag:
+        tolerance_guard(connectors="orders-sink", pipeline="p", dlq_topic="orders.dlq", max_errors=1, ask=True)
+
+    question: Any = dag.get_task("tolerance_guard.ask_on_call")
+    assert isinstance(question, HITLBranchOperator)
+    assert question.options == ["Resume now", "Wait for recovery", "Replay the DLQ, then resume", "Keep paused"]
+    assert question.defaults == ["Wait for recovery"]
+    assert question.options_mapping == {
+        "Resume now": "tolerance_guard.resume_connectors",
+        "Wait for recovery": "tolerance_guard.wait_for_recovery",
+        "Replay the DLQ, then resume": "tolerance_guard.replay_dlq",
+        "Keep paused": "tolerance_guard.keep_paused",
+    }
+    assert question.response_timeout == timedelta(minutes=15)
+    replay: Any = dag.get_task("tolerance_guard.replay_dlq")
+    assert replay.dlq_topic == "orders.dlq"
+    # Whatever the answer, the resume waits on it and the "resolved" message follows the verification.
+    assert dag.get_task("tolerance_guard.verify_running").downstream_task_ids == {"tolerance_guard.resolve_alert"}
+
+
+def test_without_a_dlq_the_question_offers_no_replay() -> None:
+    with a_dag("guard_asks_no_dlq") as dag:
+        tolerance_guard(connectors="orders-sink", pipeline="p", max_errors=1, ask=True)
+    question: Any = dag.get_task("tolerance_guard.ask_on_call")
+    assert "Replay the DLQ, then resume" not in question.options
+    assert "tolerance_guard.replay_dlq" not in dag.task_dict
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"reminder_interval": 0}, "reminder_interval=0; accepted: a positive duration or None"),
+        ({"response_timeout": -5}, "response_timeout=-5; accepted: a positive duration"),
+    ],
+)
+def test_a_bad_lifecycle_setting_is_named(arguments: dict[str, Any], message: str) -> None:
+    with a_dag("guard_bad_lifecycle"), pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        tolerance_guard(connectors="orders-sink", pipeline="p", max_errors=1, ask=True, **arguments)
+
+
+def test_the_recovery_wait_reminds_at_the_interval() -> None:
+    from airflow_kerr.task_groups.tolerance_guard import RemindingToleranceSensor
+
+    with a_dag("guard_reminds") as dag:
+        tolerance_guard(connectors="orders-sink", pipeline="p", max_errors=1, reminder_interval=1800)
+    wait: Any = dag.get_task("tolerance_guard.wait_for_recovery")
+    assert isinstance(wait, RemindingToleranceSensor) and wait.remind_every_s == 1800
+    assert wait.wait_for == "recovery"
