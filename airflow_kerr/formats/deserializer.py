@@ -18,7 +18,7 @@ A null (a tombstone) converts to None, as Connect's converters return ``SchemaAn
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from airflow_kerr.formats.avro_codec import AvroCodec
 from airflow_kerr.formats.exceptions import (
@@ -27,10 +27,11 @@ from airflow_kerr.formats.exceptions import (
     RegistryUnavailable,
     SerializationError,
 )
-from airflow_kerr.formats.json_schema_codec import JsonSchemaCodec
-from airflow_kerr.formats.protobuf_codec import ProtobufCodec, file_descriptor
 from airflow_kerr.formats.registry_client import RegistryClient
 from airflow_kerr.formats.wire_format import HEADER_SIZE, WireFormat
+
+if TYPE_CHECKING:  # jsonschema and protobuf load only where their format is used (see _codec / _compile)
+    pass
 
 #: Connect's converter text before the cause, for a data error (DataException) and an outage (RetriableException).
 OUTER_TEXTS: Final = {
@@ -109,6 +110,10 @@ class RegistryDeserializer:
         return codec
 
     def _compile(self, schema_id: int) -> Any:
+        # Imported here: a Spark executor that never reads JSON Schema or Protobuf needs neither library.
+        from airflow_kerr.formats.json_schema_codec import JsonSchemaCodec
+        from airflow_kerr.formats.protobuf_codec import ProtobufCodec, file_descriptor
+
         if self.fmt == "avro":
             return AvroCodec(self.client.schema_by_id(schema_id)["schema"])
         if self.fmt == "json_schema":
@@ -118,6 +123,8 @@ class RegistryDeserializer:
 
     def _dependencies(self, references: list[dict[str, Any]]) -> list[Any]:
         """The referenced files, each after its own references (the order a descriptor pool needs)."""
+        from airflow_kerr.formats.protobuf_codec import file_descriptor
+
         found: list[Any] = []
         for reference in references:
             version = self.client.version(reference["subject"], reference["version"], "serialized")

@@ -13,7 +13,7 @@ orders.avro: Error serializing Avro message: ...``); a registry outage
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from airflow_kerr.formats.avro_codec import AvroCodec
 from airflow_kerr.formats.exceptions import (
@@ -22,11 +22,12 @@ from airflow_kerr.formats.exceptions import (
     RegistryUnavailable,
     SerializationError,
 )
-from airflow_kerr.formats.json_schema_codec import JsonSchemaCodec
-from airflow_kerr.formats.protobuf_codec import ProtobufCodec, file_descriptor
 from airflow_kerr.formats.registry_client import RegistryClient
 from airflow_kerr.formats.registry_settings import SCHEMA_TYPES, RegistrySettings
 from airflow_kerr.formats.wire_format import WireFormat
+
+if TYPE_CHECKING:  # jsonschema and protobuf load only where their format is used (see _codec / _compile)
+    from airflow_kerr.formats.protobuf_codec import ProtobufCodec
 
 #: AvroConverter.fromConnectData's texts (ProtobufConverter's and JsonSchemaConverter's are alike).
 OUTER_TEXTS: Final = {
@@ -122,6 +123,10 @@ class RegistrySerializer:
         return self._resolved
 
     def _codec(self, schema: str) -> Any:
+        # Imported here: a Spark executor that never writes JSON Schema or Protobuf needs neither library.
+        from airflow_kerr.formats.json_schema_codec import JsonSchemaCodec
+        from airflow_kerr.formats.protobuf_codec import ProtobufCodec, file_descriptor
+
         if self.fmt == "avro":
             return AvroCodec(schema)
         if self.fmt == "json_schema":

@@ -12,12 +12,14 @@ tests write them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import json
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
@@ -332,7 +334,19 @@ def guard_notify(dlq: str, url: str) -> Callable[..., dict[str, Any]]:
         )
     task = dag.get_task("tolerance_guard.notify")
     notify: Callable[..., dict[str, Any]] = task.python_callable  # type: ignore[union-attr]
-    return notify
+    return functools.partial(notify, ti=NotifyTaskInstance(dag.dag_id))
+
+
+@dataclass
+class NotifyTaskInstance:
+    """What the notify task reads of its task instance: the run it alerts for (its episode key), no XCom."""
+
+    dag_id: str
+    run_id: str = "manual__2026-01-01T00:00:00+00:00"
+    log_url: str | None = None
+
+    def xcom_pull(self, **_: Any) -> None:
+        return None
 
 
 def test_the_guards_alert_names_spring_dead_letters_by_their_root_cause(

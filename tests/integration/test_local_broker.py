@@ -26,6 +26,7 @@ from airflow_kerr.local.broker import (
     port_free,
     resolve_bootstrap_servers,
 )
+from airflow_kerr.local.connect_runtime import connect_version
 
 
 def _alive(pid: int) -> bool:
@@ -267,7 +268,7 @@ def test_kerr_cli_up_status_down(tmp_path: Path) -> None:
         raise
     assert started.returncode == 0, started.stderr
     assert "broker started at 127.0.0.1:" in started.stdout
-    assert "Kafka Connect 3.9.0 started at http://127.0.0.1:" in started.stdout
+    assert f"Kafka Connect {connect_version().kafka} started at http://127.0.0.1:" in started.stdout
     state = json.loads((tmp_path / "state" / "local.json").read_text())
     printed = dict(
         line.strip().split("=", 1) for line in started.stdout.splitlines() if line.strip().startswith("AIRFLOW_CONN_")

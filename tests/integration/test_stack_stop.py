@@ -95,7 +95,7 @@ def test_ctrl_c_in_make_ui_leaves_no_process_of_the_stack(tmp_path: Path) -> Non
             os.killpg(ui.pid, signal.SIGKILL)
             ui.wait()
     output = log.read_text(errors="replace")
-    assert "Stopping Airflow, Kafka Connect and the broker" in output
+    assert "Stopping Airflow, Kafka Connect, the Schema Registry and the broker" in output
     assert (report := REPORT.search(output)), output[-2000:]
     left = [process for process in stack if pid_alive(process)]
     assert not left, f"left running after the stop ({report.group(0)}): {left}"
