@@ -115,6 +115,10 @@ class ConnectorTarget:
             waiting.append("no tasks listed yet")
         elif configured is not None and self.needs_task_configs:
             waiting.extend(f"task {task_id} is not listed yet" for task_id in configured if task_id not in listed)
+            # A task the configs do not name yet: they were read before the connector wrote its new ones (Connect
+            # 3.9, resumed from STOPPED, listed task 1 RUNNING while its configs still named none), so wait.
+            unnamed = sorted(listed - set(configured))
+            waiting.extend(f"task {task_id} is listed but not in the task configs yet" for task_id in unnamed)
         if self.task_ids is not None:
             tasks = [task for task in tasks if int(task.get("id", -1)) in self.task_ids]
             waiting.extend(f"task {task_id} is not listed" for task_id in self.task_ids if task_id not in listed)

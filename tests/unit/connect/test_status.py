@@ -160,3 +160,15 @@ def test_a_connector_resumed_from_stopped_is_running_only_once_every_configured_
     assert target.evaluate(one_of_two).reached, "without the configs a listed task is all there is to judge"
     assert not ConnectorTarget("STOPPED").needs_task_configs
     assert not ConnectorTarget("RUNNING", task_ids=(1,)).needs_task_configs
+
+
+def test_a_task_listed_before_its_configs_were_read_is_not_done() -> None:
+    """Seen on Connect 3.9: resumed from STOPPED, the status listed task 1 RUNNING while the task configs,
+    read just before, still named none; the resume is done only once the configs name every listed task."""
+    target = ConnectorTarget("RUNNING")
+    task_1 = {"name": "sink", "connector": {"state": "RUNNING"}, "tasks": [{"id": 1, "state": "RUNNING"}]}
+    verdict = target.evaluate(task_1, configured_tasks=[])
+    assert not verdict.reached and verdict.waiting_on == ("task 1 is listed but not in the task configs yet",)
+    assert not target.evaluate(task_1, configured_tasks=[0, 1]).reached
+    both = {**task_1, "tasks": [{"id": 0, "state": "RUNNING"}, {"id": 1, "state": "RUNNING"}]}
+    assert target.evaluate(both, configured_tasks=[0, 1]).reached
