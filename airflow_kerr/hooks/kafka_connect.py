@@ -35,6 +35,7 @@ from airflow_kerr.connect.client import (
 )
 from airflow_kerr.connect.errors import ConnectUnreachable, KafkaConnectError
 from airflow_kerr.get_provider_info import KAFKA_CONNECT_CONN_FIELDS, KAFKA_CONNECT_UI_FIELD_BEHAVIOUR
+from airflow_kerr.hooks.connection_form import form_widgets, ui_field_behaviour
 
 DEFAULT_REBALANCE_RETRY_BUDGET_S = 60.0
 
@@ -69,22 +70,12 @@ class KafkaConnectHook(BaseHook):
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         """Hidden and relabelled fields and placeholders of the connection form (same as the provider info)."""
-        behaviour = KAFKA_CONNECT_UI_FIELD_BEHAVIOUR
-        return {
-            "hidden_fields": list(behaviour["hidden-fields"]),
-            "relabeling": dict(behaviour["relabeling"]),
-            "placeholders": dict(behaviour["placeholders"]),
-        }
+        return ui_field_behaviour(KAFKA_CONNECT_UI_FIELD_BEHAVIOUR)
 
     @classmethod
     def get_connection_form_widgets(cls) -> dict[str, Any]:
         """Form fields for Airflow UIs that predate the declarative ``conn-fields`` of the provider info."""
-        from wtforms import StringField
-
-        return {
-            name: StringField(spec["label"], description=spec["description"])
-            for name, spec in KAFKA_CONNECT_CONN_FIELDS.items()
-        }
+        return form_widgets(KAFKA_CONNECT_CONN_FIELDS)
 
     # clients --------------------------------------------------------------------------------------
 

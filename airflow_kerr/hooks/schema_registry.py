@@ -19,6 +19,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_kerr.get_provider_info import SCHEMA_REGISTRY_CONN_FIELDS, SCHEMA_REGISTRY_UI_FIELD_BEHAVIOUR
+from airflow_kerr.hooks.connection_form import form_widgets, ui_field_behaviour
 
 #: Extra keys passed to ``SchemaRegistryClient`` as they are: TLS files (paths on the workers) and the key's password.
 TLS_KEYS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password")
@@ -112,22 +113,12 @@ class SchemaRegistryHook(BaseHook):
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         """Hidden and relabelled fields and placeholders of the connection form (same as the provider info)."""
-        behaviour = SCHEMA_REGISTRY_UI_FIELD_BEHAVIOUR
-        return {
-            "hidden_fields": list(behaviour["hidden-fields"]),
-            "relabeling": dict(behaviour["relabeling"]),
-            "placeholders": dict(behaviour["placeholders"]),
-        }
+        return ui_field_behaviour(SCHEMA_REGISTRY_UI_FIELD_BEHAVIOUR)
 
     @classmethod
     def get_connection_form_widgets(cls) -> dict[str, Any]:
         """Form fields for Airflow UIs that predate the declarative ``conn-fields`` of the provider info."""
-        from wtforms import StringField
-
-        return {
-            name: StringField(spec["label"], description=spec["description"])
-            for name, spec in SCHEMA_REGISTRY_CONN_FIELDS.items()
-        }
+        return form_widgets(SCHEMA_REGISTRY_CONN_FIELDS)
 
     def client_config(self) -> dict[str, Any]:
         """The connection as ``SchemaRegistryClient`` settings, its secrets registered with the masker."""
