@@ -681,6 +681,9 @@ def summarize(bad: float, records: int, rows: list[dict[str, Any]], expected_bad
         if ratios
         else {},
         "others_cores_max": max(row["others_cores"] for row in rows),
+        "others_cores_max_by_side": {
+            side: max(row["others_cores"] for row in rows if row["side"] == side) for side in {r["side"] for r in rows}
+        },
         "load_1m_max": max(row["load_1m"] for row in rows),
         "runs": [strip_dead_letters(row) for row in rows],
     }
@@ -819,6 +822,7 @@ def main() -> int:
     broker_pid = broker.pid if broker is not None else None
     work = Path(tempfile.mkdtemp(prefix="kerr-peer-"))
     meter = CpuMeter()
+    meter.adopt_orphans()
     sides: dict[str, ConnectSide | KerrSide | CopySide] = {
         "connect": ConnectSide(config, work / "connect"),
         "kerr": KerrSide(config, work / "kerr"),

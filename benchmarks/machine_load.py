@@ -28,6 +28,18 @@ class CpuMeter:
         self.last_idle: dict[str, float] = {}
         self._components: dict[str, int] = {}
 
+    def adopt_orphans(self) -> None:
+        """Make this process the subreaper of its tree, so a grandchild that outlives its parent stays ours.
+
+        Spark's JVM outlives its Python driver by a second or two and would be reparented to init,
+        its CPU then counted as someone else's (connect_peer.py's first run read that as ~1 core
+        of "others" in each Spark row). Adopted orphans stay zombies until this process exits.
+        """
+        import ctypes
+
+        pr_set_child_subreaper = 36
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
     def tree_ticks(self) -> dict[int, int]:
         """Each process's ticks, its own and its reaped children's, summed over its tree."""
         children: dict[int, list[int]] = {}
