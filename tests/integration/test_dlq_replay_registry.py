@@ -10,6 +10,7 @@ one line of that log (``BaseHTTPRequestHandler.log_message``), written before th
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -305,3 +306,34 @@ def test_a_fix_on_decoded_values_without_a_registry_is_refused_before_anything_i
     dlq = create_topic(f"{unique_topic}.dlq")
     with pytest.raises(InvalidReplayOptions, match=r"value_format='avro': a fix on decoded values needs a Schema"):
         replay(kafka_config, None, dlq_topic=dlq, fix=f"{__name__}.repair_quantity", value_format="avro")
+
+
+@pytest.mark.airflow
+def test_the_operator_reads_the_schema_registry_connection_and_hands_it_to_the_replay(
+    kafka_config: dict[str, Any],
+    registry: Registry,
+    create_topic: Callable[..., str],
+    unique_topic: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``schema_registry_conn_id`` names a real Airflow connection; the operator repairs the Avro orders through it."""
+    from airflow_kerr.operators.dlq_replay import DeadLetterQueueReplayOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": kafka_config}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ORDERS_REGISTRY", json.dumps({"conn_type": "schema_registry", "host": registry.url})
+    )
+    source, dlq = create_topic(unique_topic), create_topic(f"{unique_topic}.dlq")
+    write_avro_dlq(kafka_config, registry, source, dlq, 5)
+
+    summary = DeadLetterQueueReplayOperator(
+        task_id="replay",
+        dlq_topic=dlq,
+        fix=f"{__name__}.repair_quantity",
+        value_format="avro",
+        schema_registry_conn_id="orders_registry",
+    ).execute({})
+
+    assert (summary["replayed"], summary["parked"]) == (5, 0)
+    landed = read_to_end(kafka_config, source, isolation_level="read_committed")
+    assert [decoded(registry, m.value()) for m in landed] == [order(i, i + 1) for i in range(5)]
