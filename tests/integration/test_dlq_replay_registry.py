@@ -31,7 +31,7 @@ from airflow_kerr.formats import (
 from airflow_kerr.kafka.offsets import read_to_end
 from airflow_kerr.replay.engine import DlqReplay
 from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
-from airflow_kerr.replay.policy import HEADER_PARKED_REASON, HEADER_REPLAY_COUNT, ReplayRecord
+from airflow_kerr.replay.policy import HEADER_PARKED_REASON, HEADER_REPLAY_COUNT, ReplayRecord, StopReplay
 from tests.clock import RECENT_MS
 from tests.dead_letter_writers import Original, schema_registry_rule
 from tests.integration.test_dlq_replay import ABORTABLE, FaultyProducer
@@ -298,6 +298,30 @@ def test_schema_registry_rule_dead_letters_replay_through_the_same_path(
     assert [(m.key(), decoded(registry, m.value())) for m in landed] == [(b"o-1", order(1, 1)), (b"o-2", order(2, 2))]
     assert {WireFormat.schema_id(m.value()) for m in landed} == {WireFormat.schema_id(read_side)}
     assert all(not [n for n in headers_of(m) if n.startswith("__rule.")] for m in landed)
+
+
+def test_a_registry_out_of_reach_stops_the_run_before_the_batch_is_written_and_a_rerun_completes(
+    kafka_config: dict[str, Any], registry: Registry, create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """No record is parked for an outage: the run stops, commits nothing, and the next run replays every order once.
+
+    The registry URL names a loopback port nothing listens on (connection refused at once).
+    """
+    from airflow_kerr.local.broker import free_port
+
+    source, dlq = create_topic(unique_topic), create_topic(f"{unique_topic}.dlq")
+    write_avro_dlq(kafka_config, registry, source, dlq, 5)
+    gone = Registry(f"http://127.0.0.1:{free_port()}", registry.log)
+
+    with pytest.raises(StopReplay, match=r"the Schema Registry is out of reach, so no value can be decoded"):
+        replay(kafka_config, gone, dlq_topic=dlq, fix=f"{__name__}.repair_quantity", value_format="avro")
+
+    assert read_to_end(kafka_config, source, isolation_level="read_uncommitted") == [], "nothing was written"
+    assert read_to_end(kafka_config, f"{dlq}.parked", isolation_level="read_uncommitted") == [], "nor parked"
+    summary = replay(kafka_config, registry, dlq_topic=dlq, fix=f"{__name__}.repair_quantity", value_format="avro")
+    assert (summary.scanned, summary.replayed, summary.parked) == (5, 5, 0), "the rerun read every record again"
+    landed = read_to_end(kafka_config, source, isolation_level="read_committed")
+    assert [decoded(registry, m.value()) for m in landed] == [order(i, i + 1) for i in range(5)]
 
 
 def test_a_fix_on_decoded_values_without_a_registry_is_refused_before_anything_is_read(
