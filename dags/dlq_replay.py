@@ -13,6 +13,10 @@ read. Records that must not go back (replayed `max_replays` times already, no so
 topic, malformed error headers, a fix that raised, a forbidden target) go to the parking
 topic with a reason header; a dry run lists the first of them as "would park".
 
+A fix on Schema Registry values: set *Value format* (avro, protobuf or json_schema) and the
+*Schema Registry connection*; the fix gets decoded values, the replay re-encodes them, and a
+repaired value that no longer fits its schema is parked with the serializer's reason.
+
 If the broker stops answering, a transaction gives up after *Transaction timeout* seconds:
 the run fails saying what it committed, and the next run continues from there.
 """

@@ -5,10 +5,11 @@ The subject is TopicNameStrategy's ``<topic>-value`` (``-key``) unless
 schema id is found once per process, as Confluent's serializers find it:
 ``auto.register.schemas`` (default true) registers the sink's schema;
 ``use.latest.version`` with ``auto.register.schemas=false`` writes with the subject's latest
-schema; otherwise the given schema is looked up under the subject. A value that does not
-fit the schema raises :class:`ConverterDataError` (``Failed to serialize Avro data from topic
-orders.avro: Error serializing Avro message: ...``); a registry outage
-:class:`ConverterRetriableError`.
+schema; ``schema_id`` (Confluent's ``use.schema.id``) writes with that registered schema,
+as a DLQ replay re-encodes a record with its own; otherwise the given schema is looked up
+under the subject. A value that does not fit the schema raises :class:`ConverterDataError`
+(``Failed to serialize Avro data from topic orders.avro: Error serializing Avro message:
+...``); a registry outage :class:`ConverterRetriableError`.
 """
 
 from __future__ import annotations
@@ -50,10 +51,16 @@ class RegistrySerializer:
         topic: str,
         is_key: bool,
         schema: str | None = None,
+        schema_id: int | None = None,
+        message_indexes: list[int] | None = None,
     ) -> None:
         if fmt not in OUTER_TEXTS:
             raise ValueError(f"format={fmt!r}: expected one of {', '.join(OUTER_TEXTS)}")
-        if schema is None and not (settings.use_latest_version and not settings.auto_register_schemas):
+        if (
+            schema is None
+            and schema_id is None
+            and not (settings.use_latest_version and not settings.auto_register_schemas)
+        ):
             raise ValueError(
                 f"a {fmt} sink needs its schema, or schema_registry 'use.latest.version'=true with "
                 "'auto.register.schemas'=false to write with the subject's latest schema"
@@ -64,6 +71,10 @@ class RegistrySerializer:
         self.topic = topic
         self.is_key = is_key
         self.schema = schema
+        #: Confluent's ``use.schema.id``: write with this registered schema, registering nothing.
+        self.schema_id = schema_id
+        #: The Protobuf message to write (its path in the file); default the file's first message.
+        self.message_indexes = message_indexes
         self._resolved: tuple[int, Any, list[int] | None] | None = None
 
     def __call__(self, value: Any) -> bytes | None:
@@ -93,7 +104,10 @@ class RegistrySerializer:
     def _resolve(self) -> tuple[int, Any, list[int] | None]:
         schema_type = SCHEMA_TYPES[self.fmt]
         try:
-            if self.schema is None:  # use.latest.version: the subject's latest schema is the writer's
+            if self.schema_id is not None:  # use.schema.id: the registered schema, by its id
+                answer = self.client.schema_by_id(self.schema_id, "serialized" if self.fmt == "protobuf" else None)
+                schema_id, codec = self.schema_id, self._codec(answer["schema"])
+            elif self.schema is None:  # use.latest.version: the subject's latest schema is the writer's
                 subject = self.subject(None) if self.settings.subject_name_strategy == "topic" else None
                 if subject is None:
                     raise SerializationError("use.latest.version with RecordNameStrategy needs the sink's schema")
@@ -118,7 +132,9 @@ class RegistrySerializer:
             ) from error
         except Exception as error:
             raise self._data_error(f"Error registering or retrieving {SERDE_NAMES[self.fmt]} schema: {error}", error)  # noqa: B904
-        indexes = codec.message_indexes(None) if self.fmt == "protobuf" else None
+        indexes = None
+        if self.fmt == "protobuf":
+            indexes = self.message_indexes if self.message_indexes is not None else codec.message_indexes(None)
         self._resolved = (schema_id, codec, indexes)
         return self._resolved
 

@@ -24,7 +24,7 @@ from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.operators.settings_check import fail_on_invalid_settings
 from airflow_kerr.operators.templating import is_templated
 from airflow_kerr.replay.engine import DlqReplay
-from airflow_kerr.replay.form import CONNECTION, REPLAY_FORM, REPLAY_SETTINGS
+from airflow_kerr.replay.form import CONNECTION, REGISTRY_CONNECTION, REPLAY_FORM, REPLAY_SETTINGS
 from airflow_kerr.replay.options import DEFAULT_BATCH_SIZE, InvalidReplayOptions, ReplayOptions
 from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, Action
 from airflow_kerr.replay.summary import DONE, ReplaySummary
@@ -50,13 +50,16 @@ def replay_form_params() -> dict[str, Param]:
             section=form_field.section,
             **form_field.schema,
         )
-        for form_field in (CONNECTION, *REPLAY_FORM)
+        for form_field in (CONNECTION, REGISTRY_CONNECTION, *REPLAY_FORM)
     }
 
 
 def arguments_from_the_form() -> dict[str, str]:
     """The operator's arguments, each rendered from the form field of the same name (``{{ params.<name> }}``)."""
-    return {form_field.name: f"{{{{ params.{form_field.name} }}}}" for form_field in (CONNECTION, *REPLAY_FORM)}
+    return {
+        form_field.name: f"{{{{ params.{form_field.name} }}}}"
+        for form_field in (CONNECTION, REGISTRY_CONNECTION, *REPLAY_FORM)
+    }
 
 
 class DeadLetterQueueReplayOperator(BaseOperator):
@@ -89,6 +92,12 @@ class DeadLetterQueueReplayOperator(BaseOperator):
     :param header_match: take only records carrying all these headers with these UTF-8 values.
     :param fix: dotted path of ``fn(ReplayRecord) -> ReplayRecord | None``; None drops the record,
         an exception parks it with the exception as the reason.
+    :param value_format: with a fix, ``avro``, ``protobuf`` or ``json_schema`` hands it the decoded value and
+        re-encodes what it returns (``bytes``, the default: the fix gets and returns bytes).
+    :param key_format: the same for the key.
+    :param reencode_with: ``record`` (the schema the record was written with, by id) or ``latest`` (the latest
+        schema of the target topic's subject); a fixed value that does not fit is parked ``does_not_fit``.
+    :param schema_registry_conn_id: the ``schema_registry`` connection, needed only with a fix and a format.
     :param target_topic: write here instead of the source topic named by the DLQ headers.
     :param target_allowlist: a record whose target does not fully match this regex is parked.
     :param max_replays: a record already replayed this many times is parked instead.
@@ -104,7 +113,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         aborted and the task fails saying what was committed, instead of retrying for minutes.
     """
 
-    template_fields: Sequence[str] = (*ATTRIBUTES.values(), "kafka_config_id")
+    template_fields: Sequence[str] = (*ATTRIBUTES.values(), "kafka_config_id", "schema_registry_conn_id")
     template_fields_renderers = {"header_match": "json"}
     ui_color = "#f6e7db"
 
@@ -123,6 +132,10 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         end_offset: int | str | None = None,
         header_match: Mapping[str, str] | str | None = None,
         fix: str | None = None,
+        value_format: str = "bytes",
+        key_format: str = "bytes",
+        reencode_with: str = "record",
+        schema_registry_conn_id: str | None = None,
         target_topic: str | None = None,
         target_allowlist: str | None = None,
         max_replays: int | str = DEFAULT_MAX_REPLAYS,
@@ -148,6 +161,10 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         self.end_offset = end_offset
         self.header_match = header_match
         self.fix = fix
+        self.value_format = value_format
+        self.key_format = key_format
+        self.reencode_with = reencode_with
+        self.schema_registry_conn_id = schema_registry_conn_id
         self.target_topic = target_topic
         self.target_allowlist = target_allowlist
         self.max_replays = max_replays
@@ -181,14 +198,15 @@ class DeadLetterQueueReplayOperator(BaseOperator):
             self._fail(error)
         config = KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config()
         self._lineage = {"servers": config.get("bootstrap.servers", ""), "options": options, "summary": None}
-        self._engine = DlqReplay(
-            config,
-            options,
-            run_id=self.lineage_run_id(context),
-            transactional_id_prefix=f"kerr-replay.{self.dag_id}.{self.task_id}",
-            log=self.log,
-        )
         try:
+            self._engine = DlqReplay(
+                config,
+                options,
+                run_id=self.lineage_run_id(context),
+                transactional_id_prefix=f"kerr-replay.{self.dag_id}.{self.task_id}",
+                log=self.log,
+                schema_registry=self._registry_settings(options),
+            )
             summary = self._engine.run()
         except InvalidReplayOptions as error:  # a topic that does not exist: found before any record is read
             self._fail(error)
@@ -218,6 +236,14 @@ class DeadLetterQueueReplayOperator(BaseOperator):
             parking_topic=options.parking_topic,
             summary=self._lineage["summary"],
         )
+
+    def _registry_settings(self, options: ReplayOptions) -> dict[str, Any] | None:
+        """The ``schema_registry`` connection's client settings, read only when a fix works on decoded values."""
+        if options.fix is None or not options.formats or not self.schema_registry_conn_id:
+            return None
+        from airflow_kerr.hooks.schema_registry import SchemaRegistryHook
+
+        return SchemaRegistryHook(self.schema_registry_conn_id).client_config()
 
     def on_kill(self) -> None:
         """Stop gracefully: the engine aborts its open transaction and commits nothing more."""

@@ -32,6 +32,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from airflow_kerr.errors import backoff_delay_ms
+from airflow_kerr.formats import RegistrySettings
+from airflow_kerr.formats.registry_settings import InvalidRegistrySettings
 from airflow_kerr.replay.background import BackgroundWriter
 from airflow_kerr.replay.batch import BatchDecider
 from airflow_kerr.replay.failures import (
@@ -43,10 +45,11 @@ from airflow_kerr.replay.failures import (
     unreachable,
 )
 from airflow_kerr.replay.loop_state import Batch, InFlight, LoopState, Written
-from airflow_kerr.replay.options import ReplayOptions
+from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
 from airflow_kerr.replay.pacing import STOP_CHECK_S, Progress, RateLimiter
-from airflow_kerr.replay.policy import ReplayPolicy
+from airflow_kerr.replay.policy import FixFn, ReplayPolicy
 from airflow_kerr.replay.preflight import Preflight, default_producer
+from airflow_kerr.replay.registry_values import RegistryValues
 from airflow_kerr.replay.summary import BatchCounts, ReplayPlan, ReplaySummary
 from airflow_kerr.replay.transactions import (
     BatchAborted,
@@ -83,7 +86,10 @@ class DlqReplay:
     ``transactional_id_prefix`` should be stable per DAG and task (the operator uses
     ``kerr-replay.<dag_id>.<task_id>``): the DLQ topic and partition set are appended, so
     a restarted task fences its zombie. ``producer_factory`` builds the transactional
-    producer from its config; tests wrap it to inject client errors.
+    producer from its config; tests wrap it to inject client errors. ``schema_registry`` (the
+    settings of a ``schema_registry`` connection) is needed only with a fix and
+    ``key_format``/``value_format``: the fix then works on decoded values
+    (:mod:`airflow_kerr.replay.registry_values`); without a fix the registry is never called.
     """
 
     def __init__(  # noqa: PLR0913 - public constructor; past config and options, keyword-only run tunables
@@ -99,8 +105,11 @@ class DlqReplay:
         retry_backoff_max_ms: int = 10_000,
         idle_timeout_s: float = 30.0,
         timeout_s: float = 30.0,
+        schema_registry: RegistrySettings | Mapping[str, Any] | None = None,
     ) -> None:
         self.kafka_config = dict(kafka_config)
+        #: The fix the policy calls: the options' own, or wrapped to work on decoded registry values.
+        self.fix = _fix_of(options, schema_registry)
         self.options = options
         self.run_id = run_id
         self.transactional_id_prefix = transactional_id_prefix
@@ -256,7 +265,7 @@ class DlqReplay:
             o.target_topic,
             o.target_allowlist,
             o.max_replays,
-            o.fix,
+            self.fix,
             self._preflight.topic_exists,
         )
         progress = Progress(
@@ -507,3 +516,23 @@ class DlqReplay:
                 return False
             time.sleep(min(STOP_CHECK_S, deadline - time.monotonic()))
         return not self._stop_requested
+
+
+def _fix_of(options: ReplayOptions, registry: RegistrySettings | Mapping[str, Any] | None) -> FixFn | None:
+    """The options' fix, wrapped to decode and re-encode registry values when a format is set.
+
+    Without a fix the formats change nothing (the bytes go back as they are) and need no
+    registry; with one they need its settings, checked here before any record is read.
+    """
+    if options.fix is None or not options.formats:
+        return options.fix
+    named = ", ".join(f"{part}_format={fmt!r}" for part, fmt in options.formats.items())
+    if registry is None:
+        raise InvalidReplayOptions(
+            [f"{named}: a fix on decoded values needs a Schema Registry; set schema_registry_conn_id"]
+        )
+    try:
+        settings = registry if isinstance(registry, RegistrySettings) else RegistrySettings.from_mapping(registry)
+    except InvalidRegistrySettings as error:
+        raise InvalidReplayOptions([f"{named}: {problem}" for problem in error.problems]) from None
+    return RegistryValues(settings, options.formats, options.reencode_with).wrap(options.fix)

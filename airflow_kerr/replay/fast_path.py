@@ -122,7 +122,7 @@ def fast_replayer(policy: ReplayPolicy) -> FastReplayer:  # noqa: C901 - holds r
         record = ReplayRecord.unparsed(target, key, value, kept, unparsed)
         fixed, problem = apply_fix(record, fix)
         if problem is not None:
-            return park(record.dead_letter, headers, policy, ParkReason.FIX_FAILED, problem, count)
+            return park(record.dead_letter, headers, policy, problem[0], problem[1], count)
         if fixed is None:
             return None, (Action.DROP, None, stage, exception, None)
         refused = refusal(fixed.topic)

@@ -79,6 +79,19 @@ CONNECTION = FormField(
     SOURCE,
 )
 
+#: The Schema Registry connection is the task's too: used only by a fix on decoded values (key/value format).
+REGISTRY_CONNECTION = FormField(
+    "schema_registry_conn_id",
+    None,
+    {"type": ["null", "string"], "maxLength": CONN_ID_MAX_LENGTH},
+    "Schema Registry connection",
+    "A `schema_registry` connection. Needed only with a fix and a key or value format other than bytes; "
+    "without a fix the registry is never called.",
+    FIX,
+)
+#: The formats a fix may receive keys and values in: bytes as read, or decoded through the registry.
+VALUE_FORMATS = ["bytes", "avro", "protobuf", "json_schema"]
+
 REPLAY_FORM: tuple[FormField, ...] = (
     FormField(
         "dlq_topic",
@@ -156,6 +169,32 @@ REPLAY_FORM: tuple[FormField, ...] = (
         "with the exception as the reason. Empty: replay the records unchanged.",
         FIX,
         examples=["airflow_kerr.examples.orders.repair_order"],
+    ),
+    FormField(
+        "value_format",
+        "bytes",
+        {"type": "string", "enum": VALUE_FORMATS},
+        "Value format",
+        "With a fix: avro, protobuf or json_schema hands the fix the decoded value (Confluent's wire format, "
+        "through the Schema Registry connection) and re-encodes what it returns. bytes: the fix gets the bytes.",
+        FIX,
+    ),
+    FormField(
+        "key_format",
+        "bytes",
+        {"type": "string", "enum": VALUE_FORMATS},
+        "Key format",
+        "As Value format, for the record key.",
+        FIX,
+    ),
+    FormField(
+        "reencode_with",
+        "record",
+        {"type": "string", "enum": ["record", "latest"]},
+        "Re-encode with",
+        "record: the schema each record was written with (by its id). latest: the latest schema of the target "
+        "topic's subject. A fixed value that does not fit is parked with the serializer's reason.",
+        FIX,
     ),
     FormField(
         "dry_run",

@@ -23,8 +23,10 @@ from typing import Any
 from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import Stage
 from airflow_kerr.errors.dead_letter import INT64_MAX, TOPIC_NAME_RULE, is_topic_name, shown
+from airflow_kerr.formats import FORMATS
 from airflow_kerr.inspection.selection import Selection, epoch_ms, parse_time
 from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, PARKING_SUFFIX, FixFn
+from airflow_kerr.replay.registry_values import REENCODE_CHOICES
 from airflow_kerr.replay.transactions import (
     DEFAULT_TRANSACTION_TIMEOUT_S,
     MAX_TRANSACTION_TIMEOUT_S,
@@ -72,6 +74,16 @@ class ReplayOptions:
     #: producer's ``transaction.timeout.ms``. An unreachable broker fails the run after about this long.
     transaction_timeout_s: float = DEFAULT_TRANSACTION_TIMEOUT_S
     fix: FixFn | None = field(default=None, compare=False, repr=False)
+    #: With a fix: the registry format of the keys and values (None: bytes), and which schema re-encodes them.
+    key_format: str | None = None
+    value_format: str | None = None
+    reencode_with: str = "record"
+
+    @property
+    def formats(self) -> dict[str, str]:
+        """The parts the fix receives decoded, and their format: ``{"value": "avro"}``; empty for bytes only."""
+        found = {"key": self.key_format, "value": self.value_format}
+        return {part: fmt for part, fmt in found.items() if fmt is not None}
 
     @classmethod
     def build(  # noqa: PLR0913 - the DAG author's settings, raw and by name, validated in one place
@@ -88,6 +100,9 @@ class ReplayOptions:
         end_offset: Any = None,
         header_match: Any = None,
         fix: Any = None,
+        key_format: Any = None,
+        value_format: Any = None,
+        reencode_with: Any = "record",
         target_topic: Any = None,
         target_allowlist: Any = None,
         max_replays: Any = DEFAULT_MAX_REPLAYS,
@@ -173,10 +188,32 @@ class ReplayOptions:
             )
             or DEFAULT_TRANSACTION_TIMEOUT_S,
             fix=fix_fn,
+            key_format=_format(p, "key_format", key_format),
+            value_format=_format(p, "value_format", value_format),
+            reencode_with=_choice(p, "reencode_with", reencode_with, REENCODE_CHOICES) or "record",
         )
         if p:
             raise InvalidReplayOptions(p)
         return options
+
+
+def _format(p: list[str], key: str, value: Any) -> str | None:
+    """A registry format for the fix's keys or values; ``bytes`` (or unset) hands them over as bytes."""
+    text = _str(p, key, value)
+    if text is None or text == "bytes":
+        return None
+    if text not in FORMATS:
+        p.append(f"{key}={shown(value)}: expected one of bytes, {', '.join(FORMATS)}")
+        return None
+    return text
+
+
+def _choice(p: list[str], key: str, value: Any, accepted: tuple[str, ...]) -> str | None:
+    text = _str(p, key, value)
+    if text is not None and text not in accepted:
+        p.append(f"{key}={shown(value)}: expected one of {', '.join(accepted)}")
+        return None
+    return text
 
 
 def _reason(error: BaseException, limit: int = 200, *, with_class: bool = True) -> str:

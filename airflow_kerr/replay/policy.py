@@ -79,6 +79,31 @@ class ParkReason(StrEnum):
     SOURCE_GONE = "source_gone"
     #: A Schema Registry rule failed on WRITE: the DLQ holds the value before serialization, not the topic's bytes.
     UNSERIALIZED = "unserialized"
+    #: With a fix and a registry format: the key or value could not be decoded for the fix (the deserializer's text).
+    UNDECODABLE = "undecodable"
+    #: With a fix and a registry format: the fixed key or value does not fit its schema (the serializer's text).
+    DOES_NOT_FIT = "does_not_fit"
+
+
+class ParkRecord(Exception):
+    """Raised by a step around the fix (decoding before it, encoding after it) to park the record.
+
+    The user's own fix raising anything parks the record ``fix_failed``; this lets the
+    registry step say more precisely why (``undecodable``, ``does_not_fit``).
+    """
+
+    def __init__(self, reason: ParkReason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class StopReplay(Exception):
+    """Raised by a step around the fix when no record can be decided (the registry is out of reach).
+
+    Never parks the record: it ends the run before the batch is written, so nothing of it
+    is committed and the next run reads it again.
+    """
 
 
 class ReplayRecord:
@@ -296,7 +321,7 @@ def decide(letter: DeadLetterRecord, raw_headers: Sequence[Header], policy: Repl
     if policy.fix is not None:
         record, problem = apply_fix(record, policy.fix)  # type: ignore[arg-type]
         if problem is not None:
-            return park(letter, raw_headers, policy, ParkReason.FIX_FAILED, problem, count)
+            return park(letter, raw_headers, policy, problem[0], problem[1], count)
         if record is None:
             return Decision(Action.DROP)
     assert record is not None
@@ -316,21 +341,31 @@ def _serialized_by_the_fix(letter: DeadLetterRecord) -> bool:
     return letter.header_set is HeaderSet.SCHEMA_REGISTRY and (letter.rule_mode or "").upper() == "WRITE"
 
 
-def apply_fix(record: ReplayRecord, fix: FixFn) -> tuple[ReplayRecord | None, str | None]:
+#: Why a fix's outcome parks the record: the reason and the text after it in the reason header.
+Problem = tuple[ParkReason, str]
+
+
+def apply_fix(record: ReplayRecord, fix: FixFn) -> tuple[ReplayRecord | None, Problem | None]:
     """The fix's result with any lineage headers it set removed (``None``: drop), or why it parks the record.
 
-    A fix that raises, or returns something the producer cannot write, parks the record with
-    that as the detail: one bad repair must never end the run.
+    A fix that raises, or returns something the producer cannot write, parks the record
+    ``fix_failed`` with that as the detail: one bad repair must never end the run. A step
+    around the fix parks it with its own reason (:class:`ParkRecord`); only
+    :class:`StopReplay` ends the run.
     """
     try:
         fixed = fix(record)
+    except StopReplay:
+        raise
+    except ParkRecord as parked:
+        return None, (parked.reason, parked.detail)
     except Exception as error:
-        return None, f"{exception_class_name(error)}: {exception_message(error)}"
+        return None, (ParkReason.FIX_FAILED, f"{exception_class_name(error)}: {exception_message(error)}")
     if fixed is None:
         return None, None
     problem = _unusable(fixed)
     if problem is not None:
-        return None, problem
+        return None, (ParkReason.FIX_FAILED, problem)
     fixed.headers = split_lineage(fixed.headers)[0]
     return fixed, None
 

@@ -31,6 +31,9 @@ REQUIRED = {
         "transaction_timeout_s",
         "batch_size",
         "progress_interval_s",
+        "value_format",
+        "key_format",
+        "reencode_with",
     },
     "error_aware_pipeline": {"orders", "malformed_every", "invalid_every", "flaky_every"},
     "smoke_spark_kafka": {"topic", "result_topic"},
@@ -58,6 +61,7 @@ OPTIONAL = {
         "parking_topic",
         "max_records_per_second",
         "max_records",
+        "schema_registry_conn_id",
     },
     "tolerance_guard": {"resume_without_recovery"},
 }

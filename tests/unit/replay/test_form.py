@@ -28,8 +28,11 @@ def test_the_form_lists_exactly_the_settings_build_accepts() -> None:
 
 
 def test_the_operator_takes_every_setting_under_its_name_and_templates_it() -> None:
-    assert sorted(_keywords(DeadLetterQueueReplayOperator.__init__)) == sorted([*REPLAY_SETTINGS, "kafka_config_id"])
-    assert set(DeadLetterQueueReplayOperator.template_fields) == {*ATTRIBUTES.values(), "kafka_config_id"}
+    assert sorted(_keywords(DeadLetterQueueReplayOperator.__init__)) == sorted(
+        [*REPLAY_SETTINGS, "kafka_config_id", "schema_registry_conn_id"]
+    )
+    connections = {"kafka_config_id", "schema_registry_conn_id"}
+    assert set(DeadLetterQueueReplayOperator.template_fields) == {*ATTRIBUTES.values(), *connections}
 
 
 def test_the_form_defaults_are_valid_settings_and_a_safe_dry_run() -> None:
@@ -39,7 +42,7 @@ def test_the_form_defaults_are_valid_settings_and_a_safe_dry_run() -> None:
 
 def test_every_form_field_renders_into_the_operator_argument_of_the_same_name() -> None:
     params, arguments = replay_form_params(), arguments_from_the_form()
-    assert list(params) == list(arguments) == ["kafka_config_id", *REPLAY_SETTINGS]
+    assert list(params) == list(arguments) == ["kafka_config_id", "schema_registry_conn_id", *REPLAY_SETTINGS]
     operator = DeadLetterQueueReplayOperator(task_id="replay", **arguments)
     for name in params:
         assert getattr(operator, ATTRIBUTES.get(name, name)) == f"{{{{ params.{name} }}}}", name
@@ -50,7 +53,16 @@ def test_every_default_is_valid_for_its_own_schema_and_unset_settings_permit_nul
     """Airflow's form marks a field required unless its type allows null; only settings that need a value do."""
     from airflow.sdk import Param
 
-    needs_a_value = {"dlq_topic", "max_replays", "transaction_timeout_s", "batch_size", "progress_interval_s"}
+    needs_a_value = {
+        "dlq_topic",
+        "max_replays",
+        "transaction_timeout_s",
+        "batch_size",
+        "progress_interval_s",
+        "value_format",
+        "key_format",
+        "reencode_with",
+    }
     for field in REPLAY_FORM:
         assert Param(field.default, **field.schema).resolve() == field.default, field.name
         allows_null = "null" in field.schema["type"]

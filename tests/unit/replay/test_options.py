@@ -95,12 +95,23 @@ def test_every_problem_is_reported_at_once_with_key_value_and_what_is_accepted()
         ({"dlq_topic": "d", "target_topic": "t", "parking_topic": "t"}, "must differ from target_topic"),
         ({"dlq_topic": "d", "start_time": "yesterday"}, "start_time='yesterday': expected an ISO-8601"),
         ({"dlq_topic": "d", "max_replays": 0}, "max_replays=0: expected an integer >= 1"),
+        (
+            {"dlq_topic": "d", "value_format": "xml"},
+            "value_format='xml': expected one of bytes, avro, protobuf, json_schema",
+        ),
+        ({"dlq_topic": "d", "reencode_with": "newest"}, "reencode_with='newest': expected one of record, latest"),
     ],
 )
 def test_single_problems(kwargs: dict[str, object], named: str) -> None:
     with pytest.raises(InvalidReplayOptions, match=r"invalid DLQ replay settings") as caught:
         ReplayOptions.build(**kwargs)
     assert named in str(caught.value)
+
+
+def test_formats_name_the_parts_the_fix_gets_decoded_and_bytes_means_none() -> None:
+    options = ReplayOptions.build(dlq_topic="d", value_format="avro", key_format="bytes", reencode_with="latest")
+    assert (options.formats, options.reencode_with) == ({"value": "avro"}, "latest")
+    assert ReplayOptions.build(dlq_topic="d").formats == {}
 
 
 def test_a_naive_time_is_utc_and_epoch_milliseconds_pass_through() -> None:

@@ -30,8 +30,10 @@ from airflow_kerr.replay.policy import (
     HEADER_REPLAY_SOURCE,
     Action,
     ParkReason,
+    ParkRecord,
     ReplayPolicy,
     ReplayRecord,
+    StopReplay,
     decide,
     replay_count,
 )
@@ -175,6 +177,23 @@ def test_a_fix_that_raises_parks_the_record_with_the_exception() -> None:
 
     assert decision.action is Action.PARK and decision.reason is ParkReason.FIX_FAILED
     assert reason_of(decision.record) == f"fix_failed: {__name__}.InvalidOrder: cannot repair o-1"
+
+
+def test_a_step_around_the_fix_parks_with_its_own_reason_and_a_stop_ends_the_run() -> None:
+    """The registry step parks ``does_not_fit`` with the serializer's text; an outage is raised, never parked."""
+
+    def does_not_fit(record: ReplayRecord) -> ReplayRecord:
+        raise ParkRecord(ParkReason.DOES_NOT_FIT, "Failed to serialize Avro data from topic orders: qty")
+
+    def outage(record: ReplayRecord) -> ReplayRecord:
+        raise StopReplay("the Schema Registry is out of reach")
+
+    letter, raw = dead_letter()
+    decision = decide(letter, raw, policy(fix=does_not_fit))
+    assert decision.action is Action.PARK and decision.reason is ParkReason.DOES_NOT_FIT
+    assert reason_of(decision.record) == "does_not_fit: Failed to serialize Avro data from topic orders: qty"
+    with pytest.raises(StopReplay, match="out of reach"):
+        decide(letter, raw, policy(fix=outage))
 
 
 def test_a_fix_returning_none_drops_and_one_returning_garbage_parks() -> None:
