@@ -79,8 +79,10 @@ def test_an_avro_dead_letter_shows_decoded_and_a_missing_schema_says_so(
         refund = card(written.refunds, written.protobuf)
         expect(refund).to_contain_text(f"Protobuf: subject {written.refunds}-value, version 1", timeout=WAIT_MS)
         expect(refund.locator("pre").first).to_contain_text('"reason": "damaged"', timeout=WAIT_MS)
-        order.scroll_into_view_if_needed()
+        order.evaluate("card => card.scrollIntoView({block: 'end'})")
         screenshot(page, "dlq_view_registry.png")
+        lost.evaluate("card => card.scrollIntoView({block: 'start'})")
+        screenshot(page, "dlq_view_registry_missing.png")
     except BaseException:
         screenshot(page, "dlq_view_registry_failure.png")
         raise
