@@ -38,6 +38,19 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
+class SchemaRef:
+    """The registry schema a key or value was decoded with: what an on-call person looks the schema up by."""
+
+    id: int
+    #: ``avro``, ``protobuf`` or ``json_schema``.
+    format: str
+    #: A subject holding the schema (the source topic's, by TopicNameStrategy, when it is one) and its version there;
+    #: ``None`` when the registry lists none.
+    subject: str | None
+    version: int | None
+
+
+@dataclass(frozen=True)
 class Payload:
     """A record key or value for display: text (JSON pretty-printed, secrets masked) or base64 for bytes.
 
@@ -45,6 +58,10 @@ class Payload:
     line ends); ``json`` when that text is a JSON object or array, then shown indented. Other
     bytes are ``base64`` (standard alphabet). Only the first :data:`MAX_SHOWN_BYTES` are
     shown; ``truncated`` says so and ``bytes`` is the full size. ``None`` has both unset.
+
+    A value in a Schema Registry format (:mod:`airflow_kerr.inspection.registry_values`) is
+    the decoded value as JSON with ``schema`` naming the schema it was decoded with; one that
+    could not be decoded keeps its base64 and says why in ``error``.
     """
 
     text: str | None
@@ -52,6 +69,8 @@ class Payload:
     json: bool
     bytes: int
     truncated: bool
+    schema: SchemaRef | None = None
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,8 +1,10 @@
 """Samples: the newest dead letters matching a selection, read backwards from the end and decoded for display.
 
-Only the records returned are decoded and masked (:mod:`airflow_kerr.inspection.payloads`);
-matching reads headers the way the summary does (:mod:`airflow_kerr.inspection.fields`),
-so a sample and a count agree on what a selection takes.
+Only the records returned are decoded and masked (:mod:`airflow_kerr.inspection.payloads`;
+keys and values in a Schema Registry format through the registry the caller names,
+:mod:`airflow_kerr.inspection.registry_values`); matching reads headers the way the summary
+does (:mod:`airflow_kerr.inspection.fields`), so a sample and a count agree on what a
+selection takes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from airflow_kerr.errors.masking import mask_named
 from airflow_kerr.inspection.consumers import SCAN_BATCH, offset_ranges, scratch_consumer, timestamp_of
 from airflow_kerr.inspection.fields import dead_letter_fields
 from airflow_kerr.inspection.payloads import Payload, cut_text, describe_payload, shown_text
+from airflow_kerr.inspection.registry_values import RegistryValues
 from airflow_kerr.inspection.selection import EVERYTHING, Selection
 
 
@@ -54,7 +57,8 @@ class SampledDeadLetter:
     source_timestamp_ms: int | None = None
 
     @classmethod
-    def from_message(cls, message: Any) -> SampledDeadLetter:
+    def from_message(cls, message: Any, registry: RegistryValues | None = None) -> SampledDeadLetter:
+        """The record as shown; a framed key or value is decoded through ``registry`` when one is given."""
         headers = message.headers() or []
         letter = parse_dead_letter(
             headers,
@@ -67,12 +71,17 @@ class SampledDeadLetter:
         )
         # display(): Spring's big-endian numbers are shown as numbers, any other header as text.
         shown_headers = tuple((name, cut_text(mask_named(name, display(name, value)))) for name, value in headers)
+        if registry is None:
+            key, value = describe_payload(message.key()), describe_payload(message.value())
+        else:
+            key = registry.describe(message.key(), is_key=True, source_topic=letter.source_topic)
+            value = registry.describe(message.value(), is_key=False, source_topic=letter.source_topic)
         return cls(
             partition=message.partition(),
             offset=message.offset(),
             timestamp_ms=timestamp_of(message),
-            key=describe_payload(message.key()),
-            value=describe_payload(message.value()),
+            key=key,
+            value=value,
             headers=shown_headers,
             source_topic=letter.source_topic,
             source_partition=letter.source_partition,
@@ -148,6 +157,7 @@ def sample_dead_letters(
     limit: int = 20,
     max_scan: int = 20_000,
     max_seconds: float = 2.0,
+    registry: RegistryValues | None = None,
 ) -> DeadLetterSample:
     """The newest ``limit`` dead letters matching ``selection``, newest (by timestamp) first.
 
@@ -155,7 +165,8 @@ def sample_dead_letters(
     ``limit`` are found and no unread record can be newer than them (each partition's
     unread records are older than those read from it, as timestamps grow with offsets), or
     ``max_scan`` records were examined, or ``max_seconds`` passed. Only the records returned
-    are decoded (:class:`SampledDeadLetter`); matching reads headers the way the summary does.
+    are decoded (:class:`SampledDeadLetter`), framed keys and values through ``registry``
+    when given; matching reads headers the way the summary does.
     """
     selection.refuse_headers("the DLQ sample")
     started = time.monotonic()
@@ -189,7 +200,7 @@ def sample_dead_letters(
     finally:
         consumer.close()
     complete = all(w.done for w in windows.values())
-    records = tuple(SampledDeadLetter.from_message(message) for _, message in found[: max(0, limit)])
+    records = tuple(SampledDeadLetter.from_message(message, registry) for _, message in found[: max(0, limit)])
     return DeadLetterSample(records=records, scanned=scanned, complete=complete)
 
 

@@ -170,8 +170,13 @@ def start_local_ui(  # noqa: PLR0913 - the local UI's start-up knobs; the CLI, t
         ui.schema_registry_url, ui.schema_registry = start_registry(
             ui.bootstrap_servers, external_cluster=ui.broker is None, log_path=home / "schema-registry.log"
         )
+        # The worker gets the stack's whole start-up allowance: on a shared 2-core machine a JVM may take
+        # longer than the worker's own default while other stacks start beside it.
         ui.connect = ConnectWorker(
-            ui.bootstrap_servers, home / "connect", port=connect_port or preferred_port(CONNECT_DEFAULT_PORT)
+            ui.bootstrap_servers,
+            home / "connect",
+            port=connect_port or preferred_port(CONNECT_DEFAULT_PORT),
+            start_timeout_s=max(90.0, startup_timeout_s),
         ).start()
         if ui.broker is not None:
             add_sink_connector(ui.connect)

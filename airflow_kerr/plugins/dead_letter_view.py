@@ -25,9 +25,14 @@ does for its own form. Airflow 3.3's trigger form cannot be opened prefilled fro
 (the feature was merged and reverted upstream), so the page renders the replay DAG's
 form itself, from the same field list the DAG's Params are built from.
 
+Keys and values in Avro, Protobuf or JSON Schema are decoded through the Schema Registry
+connection the page names (chosen, and authorised, as the Kafka connection is); only the
+samples route reads it, so the counts never depend on the registry.
+
 Settings (``[kerr]`` in airflow.cfg, or ``AIRFLOW__KERR__*``): ``dead_letter_topics``
 (comma-separated DLQ topics always listed; others are discovered by their error
-headers), ``dead_letter_view_conn_id`` (default ``kafka_default``) and
+headers), ``dead_letter_view_conn_id`` (default ``kafka_default``),
+``dead_letter_view_registry_conn_id`` (default ``schema_registry_default``) and
 ``replay_dag_id`` (default ``dlq_replay``).
 """
 
@@ -53,6 +58,7 @@ from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.inspection.backlog import unread_for_group
 from airflow_kerr.inspection.consumers import TopicNotFound
 from airflow_kerr.inspection.discovery import list_dead_letter_queues
+from airflow_kerr.inspection.registry_values import RegistryValues
 from airflow_kerr.inspection.samples import sample_dead_letters
 from airflow_kerr.inspection.selection import InvalidSelection, Selection
 from airflow_kerr.inspection.summary import summarize
@@ -82,15 +88,18 @@ class ViewSettings:
     dead_letter_topics: tuple[str, ...]
     kafka_config_id: str
     replay_dag_id: str
+    schema_registry_conn_id: str = "schema_registry_default"
 
     @classmethod
     def from_airflow(cls) -> ViewSettings:
         topics = conf.get(CONFIG_SECTION, "dead_letter_topics", fallback="") or ""
+        registry = conf.get(CONFIG_SECTION, "dead_letter_view_registry_conn_id", fallback="schema_registry_default")
         return cls(
             dead_letter_topics=tuple(t.strip() for t in topics.split(",") if t.strip()),
             kafka_config_id=conf.get(CONFIG_SECTION, "dead_letter_view_conn_id", fallback="kafka_default")
             or "kafka_default",
             replay_dag_id=conf.get(CONFIG_SECTION, "replay_dag_id", fallback="dlq_replay") or "dlq_replay",
+            schema_registry_conn_id=registry or "schema_registry_default",
         )
 
 
@@ -159,6 +168,75 @@ async def kafka_config_for(
 KafkaConfig = Annotated[dict[str, Any], Depends(kafka_config_for)]
 
 
+def _registry_values(conn_id: str, named: bool) -> RegistryValues:
+    """A decoder for the ``schema_registry`` connection ``conn_id`` (the hook needs Airflow's provider stack, as
+    :func:`_kafka_config`'s does).
+
+    The default connection may be missing: the samples then show framed values undecoded, each
+    saying why. A connection the page names must exist (404), and any connection must be a
+    usable ``schema_registry`` one (400 saying what is wrong).
+    """
+    from airflow_kerr.formats.registry_settings import InvalidRegistrySettings
+    from airflow_kerr.hooks.schema_registry import SchemaRegistryConnectionError, SchemaRegistryHook
+
+    hook = SchemaRegistryHook(schema_registry_conn_id=conn_id)
+    shown_id = f"schema_registry_conn_id={shown(conn_id)}"
+    try:
+        connection = hook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        if named:
+            raise
+        return RegistryValues(
+            None, absent=f"there is no Schema Registry connection {conn_id!r}; create one, or name one on the page"
+        )
+    if connection.conn_type != "schema_registry":
+        raise UnusableConnection(
+            f"{shown_id}: a {connection.conn_type or 'typeless'!r} connection; Schema Registry values are decoded "
+            "through a 'schema_registry' connection (host = the registry's URL)"
+        )
+    try:
+        return RegistryValues.from_config(hook.client_config())
+    except (SchemaRegistryConnectionError, InvalidRegistrySettings) as error:
+        raise UnusableConnection(f"{shown_id}: the connection cannot be used: {error}") from None
+
+
+async def registry_for(
+    user: GetUserDep,
+    schema_registry_conn_id: Annotated[
+        str | None, Query(description="The Schema Registry connection framed keys and values are decoded through")
+    ] = None,
+) -> RegistryValues:
+    """The decoder for the registry connection the request names, if Airflow lets this user read that connection."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    conn_id = schema_registry_conn_id or ViewSettings.from_airflow().schema_registry_conn_id
+    if len(conn_id) > MAX_CONN_ID_CHARS or _CONTROL.search(conn_id):
+        raise HTTPException(
+            400,
+            f"schema_registry_conn_id={shown(conn_id)}: not a connection id "
+            f"(expected at most {MAX_CONN_ID_CHARS} characters, none a control character)",
+        )
+    if not get_auth_manager().is_authorized_connection(
+        method="GET", details=ConnectionDetails(conn_id=conn_id), user=user
+    ):
+        raise HTTPException(
+            403, f"You may not read the connection {conn_id!r}, which the DLQ view decodes registry values through."
+        )
+    try:
+        return await run_in_threadpool(_registry_values, conn_id, bool(schema_registry_conn_id))
+    except AirflowNotFoundException:
+        raise HTTPException(
+            404,
+            f"schema_registry_conn_id={shown(conn_id)}: no such connection; create a 'schema_registry' connection "
+            "of that id",
+        ) from None
+    except UnusableConnection as error:
+        raise HTTPException(400, str(error)) from None
+
+
+Registry = Annotated[RegistryValues, Depends(registry_for)]
+
+
 def _topic(topic: str) -> str:
     if not is_topic_name(topic):
         raise HTTPException(400, f"topic={shown(topic)}: not a Kafka topic name (1-249 of [a-zA-Z0-9._-])")
@@ -216,6 +294,7 @@ async def settings(user: GetUserDep) -> dict[str, Any]:
     view = ViewSettings.from_airflow()
     return {
         "kafka_config_id": view.kafka_config_id,
+        "schema_registry_conn_id": view.schema_registry_conn_id,
         "replay_dag_id": view.replay_dag_id,
         "dead_letter_topics": list(view.dead_letter_topics),
         "replay_form": [
@@ -279,10 +358,13 @@ async def samples(
     topic: str,
     request: Request,
     kafka_config: KafkaConfig,
+    registry: Registry,
     limit: Annotated[int, Query(ge=1, le=MAX_SAMPLES)] = 20,
 ) -> dict[str, Any]:
-    """The newest dead letters matching the selection, decoded, with secrets masked."""
-    sample = await _read(sample_dead_letters, kafka_config, _topic(topic), selection=_selection(request), limit=limit)
+    """The newest dead letters matching the selection, decoded (registry formats through ``registry``), masked."""
+    sample = await _read(
+        sample_dead_letters, kafka_config, _topic(topic), selection=_selection(request), limit=limit, registry=registry
+    )
     return _shown(dict(sample.to_dict()))
 
 

@@ -19,6 +19,7 @@ PLUGIN = REPO / "airflow_kerr" / "plugins" / "dead_letter_view.py"
 FIELDS = {
     "dead_letter_topics": "dead_letter_topics",
     "dead_letter_view_conn_id": "kafka_config_id",
+    "dead_letter_view_registry_conn_id": "schema_registry_conn_id",
     "replay_dag_id": "replay_dag_id",
 }
 
@@ -55,6 +56,8 @@ def test_each_environment_variable_on_the_page_changes_the_view(monkeypatch: pyt
     monkeypatch.setenv(rows["dead_letter_topics"][0], "orders.dlq, payments.dlq")
     monkeypatch.setenv(rows["dead_letter_view_conn_id"][0], "kafka_prod")
     monkeypatch.setenv(rows["replay_dag_id"][0], "my_replay")
+    monkeypatch.setenv(rows["dead_letter_view_registry_conn_id"][0], "registry_prod")
     settings = ViewSettings.from_airflow()
     assert settings.dead_letter_topics == ("orders.dlq", "payments.dlq")
     assert (settings.kafka_config_id, settings.replay_dag_id) == ("kafka_prod", "my_replay")
+    assert settings.schema_registry_conn_id == "registry_prod"

@@ -266,7 +266,11 @@ async function loadSamples(generation, chosen) {
   const box = $("#samples");
   box.replaceChildren(element("p", { class: "note", text: "Reading the newest dead letters…" }));
   try {
-    const sample = await getJson(`/api/topics/${encodeURIComponent(state.topic)}/samples`, { ...chosen, limit: 20 });
+    const sample = await getJson(`/api/topics/${encodeURIComponent(state.topic)}/samples`, {
+      ...chosen,
+      limit: 20,
+      schema_registry_conn_id: $("#registry").value,
+    });
     if (generation !== state.generation) return;
     $("#samples-note").textContent = sample.complete
       ? `(${sample.records.length} shown)`
@@ -278,11 +282,22 @@ async function loadSamples(generation, chosen) {
   }
 }
 
+// The registry formats' names, for the line saying which schema a value was decoded with.
+const FORMATS = { avro: "Avro", protobuf: "Protobuf", json_schema: "JSON Schema" };
+
 function payload(name, part) {
   if (!part || (part.text == null && part.base64 == null)) return element("div", { class: "note", text: `${name}: null` });
   const text = part.text != null ? part.text : `base64: ${part.base64}`;
   const more = part.truncated ? ` (first part of ${number(part.bytes)} bytes)` : "";
-  return element("div", {}, element("div", { class: "note", text: `${name}${more}` }), element("pre", { text }));
+  const box = element("div", {}, element("div", { class: "note", text: `${name}${more}` }));
+  if (part.schema) {
+    const s = part.schema;
+    const subject = s.subject != null ? `subject ${s.subject}, version ${s.version}, ` : "";
+    box.append(element("div", { class: "note schema", text: `${FORMATS[s.format] || s.format}: ${subject}schema id ${s.id}` }));
+  }
+  if (part.error) box.append(element("div", { class: "error payload-error", role: "status", text: part.error }));
+  box.append(element("pre", { text }));
+  return box;
 }
 
 // What a dialect carries beyond Connect's fields, shown when the record has it.
@@ -502,6 +517,7 @@ async function start() {
   }
   const params = new URLSearchParams(location.search);
   $("#conn").value = params.get("kafka_config_id") || state.settings.kafka_config_id;
+  $("#registry").value = params.get("schema_registry_conn_id") || state.settings.schema_registry_conn_id || "";
   $("#reload").addEventListener("click", () => { loadTopics(); if (state.topic) openTopic(state.topic); });
   $("#selection").addEventListener("change", refresh);
   $("#clear").addEventListener("click", () => { $("#selection").reset(); refresh(); });

@@ -33,6 +33,8 @@ def test_text_and_binary_values() -> None:
         "json": False,
         "bytes": 0,
         "truncated": False,
+        "schema": None,
+        "error": None,
     }
     assert describe_payload(b"42").json is False  # a bare number is text, not a document
 
