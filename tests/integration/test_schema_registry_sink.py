@@ -123,3 +123,71 @@ def test_the_sink_subject_options_and_a_misfit_at_task_put(
     )
     assert (letter.exception_message or "").startswith(outer), letter.exception_message
     assert "amount" in (letter.exception_message or ""), "the reason names the field that does not fit"
+
+
+def test_a_json_schema_topic_written_by_confluents_serializer_reads_through_the_job(
+    spark: Any,
+    kafka_config: dict[str, Any],
+    create_topic: Callable[..., str],
+    unique_topic: str,
+    schema_registry: Any,
+) -> None:
+    """The ``json_schema`` converter on the other side: confluent-kafka's ``JSONSerializer`` writes, the job reads
+    with ``json.fail.invalid.schema`` on; a value that breaks the schema and one that is not framed fail at
+    ``VALUE_CONVERTER`` with the text of Connect's ``JsonSchemaConverter`` (json-schema-converter/.../
+    JsonSchemaConverter.java, v7.9.9)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    source, out, dlq = (
+        create_topic(unique_topic),
+        create_topic(f"{unique_topic}.out"),
+        create_topic(f"{unique_topic}.dlq"),
+    )
+    schema = json_order_schema(f"Order{uuid.uuid4().hex[:8]}")
+    serialize = JSONSerializer(schema, SchemaRegistryClient({"url": schema_registry.url}))
+    framed = serialize({"id": 1, "amount": 2.5}, SerializationContext(source, MessageField.VALUE))
+    assert framed is not None
+    values = [
+        framed,
+        framed[:5] + b'{"id": 2, "amount": "much"}',  # offset 1: framed, but not what the schema allows
+        b'{"id": 3, "amount": 1.0}',  # offset 2: not framed
+        None,  # offset 3: a tombstone
+    ]
+    producer = Producer(kafka_config)
+    for value in values:
+        producer.produce(source, value=value)
+    assert producer.flush(30) == 0
+    spec = PipelineSpec.from_dict(
+        {
+            "name": "json_schema_read",
+            "source": {"topics": [source], "group_id": f"{source}-job"},
+            "value_converter": "json_schema",
+            "kafka": kafka_config,
+            "schema_registry": {"url": schema_registry.url, "json.fail.invalid.schema": True},
+            "metrics_topic": f"{source}.metrics",
+            "sink": {"kind": "kafka", "topic": out},
+            "errors": {
+                "errors.tolerance": "all",
+                "errors.deadletterqueue.topic.name": dlq,
+                "errors.deadletterqueue.context.headers.enable": "true",
+            },
+        }
+    )
+
+    run_job(spark, spec, run_id="json-schema-read")
+
+    outer = f"Converting byte[] to Kafka Connect data failed due to serialization error of topic {source}:"
+    failures = {}
+    for message in read_to_end(kafka_config, dlq):
+        letter = parse_dead_letter(message.headers(), message.key(), message.value())
+        failures[letter.source_offset] = (str(letter.stage), letter.exception_message or "")
+    assert set(failures) == {1, 2} and {stage for stage, _ in failures.values()} == {"VALUE_CONVERTER"}
+    schema_id = int.from_bytes(framed[1:5], "big")
+    assert failures[1][1].startswith(
+        f"{outer} Error deserializing JSON message for id {schema_id}: Validation error at amount"
+    )
+    assert failures[2][1] == f"{outer} Unknown magic byte!"
+    written = [None if m.value() is None else json.loads(m.value()) for m in read_to_end(kafka_config, out)]
+    assert sorted(written, key=str) == sorted([{"id": 1, "amount": 2.5}, None], key=str)
