@@ -64,6 +64,7 @@ def chromium() -> Path:
 
 #: Every example DAG in dags/: the stack waits until each is parsed, so any test can trigger any of them.
 EXAMPLE_DAGS = (
+    "avro_orders",
     "dlq_auto_replay",
     "dlq_replay",
     "error_aware_pipeline",

@@ -4,7 +4,7 @@ One local UI stack for the module (``make ui``'s, on the session's broker; see
 ``conftest.py``) and one signed-in chromium page. For each DAG in ``dags/`` the test
 opens the trigger form, checks that only the fields that need a value carry Airflow's
 required star and that Trigger is enabled, triggers with the defaults and checks the run
-was created with them. Runs that would start Spark (``error_aware_pipeline``,
+was created with them. Runs that would start Spark (``avro_orders``, ``error_aware_pipeline``,
 ``smoke_spark_kafka``) or wait for a breach (``tolerance_guard``) are marked failed at
 once through the REST API, so they leave the two cores to the rest. Then two mistakes an
 on-call person makes: a negative rate (the form's number input raises it to the minimum
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.ui, pytest.mark.airflow, pytest.mark.timeout(420)]
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 #: Runs that would take the CPU for minutes (Spark) or wait for a breach that never comes: marked failed at once.
-STOP_AT_ONCE = {"error_aware_pipeline", "smoke_spark_kafka", "tolerance_guard"}
+STOP_AT_ONCE = {"avro_orders", "error_aware_pipeline", "smoke_spark_kafka", "tolerance_guard"}
 BAD_REGEX = "Invalid(Order"
 #: Task log events before ours: the log's source group, the bundle and DagBag loading, the task start.
 TOP_OF_THE_LOG = 15

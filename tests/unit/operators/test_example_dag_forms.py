@@ -36,6 +36,7 @@ REQUIRED = {
         "reencode_with",
     },
     "error_aware_pipeline": {"orders", "malformed_every", "invalid_every", "flaky_every"},
+    "avro_orders": {"orders", "bad_every"},
     "smoke_spark_kafka": {"topic", "result_topic"},
     "tolerance_guard": set(),
     "on_tolerance_breach": set(),
@@ -167,6 +168,7 @@ def test_every_number_field_has_a_minimum_the_form_holds_it_to(example_dags: dic
         ("tolerance_guard", "resume_without_recovery", "yes"),
         ("error_aware_pipeline", "orders", -1),
         ("error_aware_pipeline", "malformed_every", -1),
+        ("avro_orders", "bad_every", -1),
         ("smoke_spark_kafka", "topic", ""),
     ],
 )

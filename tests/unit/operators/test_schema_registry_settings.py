@@ -6,6 +6,8 @@ registry is contacted here.
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,31 @@ def test_a_registry_converter_without_a_registry_fails_the_parse_naming_the_sett
         ErrorAwareSparkSubmitOperator(task_id="run", pipeline=PIPELINE, schema_registry_conn_id=None)
     assert "schema_registry: required by value_converter='avro'" in str(raised.value)
     assert "schema_registry_conn_id" in str(raised.value)
+
+
+@pytest.mark.parametrize("fmt", ["avro", "protobuf", "json_schema"])
+def test_a_dag_file_naming_a_registry_format_without_a_registry_is_an_import_error(tmp_path: Path, fmt: str) -> None:
+    """As Airflow's dag-processor parses it: the file's import error names the setting and the converter."""
+    from airflow_kerr.compat import DagBag
+
+    (tmp_path / "no_registry.py").write_text(
+        textwrap.dedent(
+            f"""
+            import pendulum
+            from airflow.sdk import DAG
+            from airflow_kerr.operators.error_aware_spark import ErrorAwareSparkSubmitOperator
+
+            with DAG("no_registry", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+                ErrorAwareSparkSubmitOperator(
+                    task_id="run", pipeline={{**{PIPELINE!r}, "key_converter": {fmt!r}}}, schema_registry_conn_id=None
+                )
+            """
+        )
+    )
+    bag = DagBag(dag_folder=str(tmp_path))
+    assert "no_registry" not in bag.dag_ids
+    (message,) = bag.import_errors.values()
+    assert f"schema_registry: required by key_converter={fmt!r}, value_converter='avro'" in message, message
 
 
 def test_with_a_registry_connection_or_settings_the_dag_parses() -> None:
