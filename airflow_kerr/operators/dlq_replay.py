@@ -87,6 +87,8 @@ class DeadLetterQueueReplayOperator(BaseOperator):
     :param start_offset: read each DLQ partition from this offset (inclusive).
     :param end_offset: ... up to this offset (exclusive).
     :param header_match: take only records carrying all these headers with these UTF-8 values.
+    :param dlq_offsets: take only the records at these DLQ offsets: ``partition:first-last`` text (last
+        included, e.g. ``"0:10-19, 1:5"``) or ``{partition: [[start, end], ...]}`` (end excluded).
     :param fix: dotted path of ``fn(ReplayRecord) -> ReplayRecord | None``; None drops the record,
         an exception parks it with the exception as the reason.
     :param target_topic: write here instead of the source topic named by the DLQ headers.
@@ -122,6 +124,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         start_offset: int | str | None = None,
         end_offset: int | str | None = None,
         header_match: Mapping[str, str] | str | None = None,
+        dlq_offsets: Mapping[str, Any] | str | None = None,
         fix: str | None = None,
         target_topic: str | None = None,
         target_allowlist: str | None = None,
@@ -147,6 +150,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         self.start_offset = start_offset
         self.end_offset = end_offset
         self.header_match = header_match
+        self.dlq_offsets = dlq_offsets
         self.fix = fix
         self.target_topic = target_topic
         self.target_allowlist = target_allowlist
