@@ -48,7 +48,7 @@ from airflow.exceptions import AirflowNotFoundException
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from airflow_kerr.errors.dead_letter import is_topic_name, shown
@@ -60,7 +60,7 @@ from airflow_kerr.inspection.samples import sample_dead_letters
 from airflow_kerr.inspection.selection import InvalidSelection, Selection
 from airflow_kerr.inspection.summary import summarize
 from airflow_kerr.kafka.offsets import OffsetLookupError
-from airflow_kerr.plugins.run_dead_letters import TaskDeadLetters, dead_letters_of_run, offsets_on
+from airflow_kerr.plugins.run_dead_letters import TaskDeadLetters, dead_letters_of_run, offsets_on, task_of_job_run
 from airflow_kerr.replay.form import CONNECTION, REPLAY_FORM
 
 URL_PREFIX = "/kerr"
@@ -278,6 +278,36 @@ async def replay_summary_page(user: GetUserDep) -> FileResponse:
     return FileResponse(STATIC / "replay_summary.html", headers={"Cache-Control": "no-store"})
 
 
+#: The task instance tab's route in Airflow's UI (the ``url_route`` of its external view below).
+TASK_TAB_ROUTE = "kerr-task-dead-letters"
+
+
+@app.get("/run-tab", include_in_schema=False)
+async def run_tab(user: GetUserDep, job_run_id: Annotated[str, Query(min_length=1, max_length=1000)]) -> Any:
+    """Go to the Dead letters tab of the task instance whose job ran as ``job_run_id`` (the breach alert links here:
+    the metrics it read name job runs, not task instances)."""
+    from urllib.parse import quote
+
+    from airflow.api_fastapi.app import get_auth_manager
+
+    found = await run_in_threadpool(task_of_job_run, job_run_id)
+    if found is None:
+        raise HTTPException(
+            404,
+            f"job_run_id={shown(job_run_id)}: no error-aware task instance ran a job of that id "
+            "(its XCom may have been cleared)",
+        )
+    dag_id, run_id, task_id, map_index = found
+    if not get_auth_manager().is_authorized_dag(
+        method="GET", access_entity=DagAccessEntity.XCOM, details=DagDetails(id=dag_id), user=user
+    ):
+        raise HTTPException(403, f"You may not read the XCom of DAG {dag_id!r}, which names its runs' dead letters.")
+    mapped = f"/mapped/{map_index}" if map_index >= 0 else ""
+    # Relative to /kerr/run-tab, so it lands in Airflow's UI under whatever base path Airflow is served at.
+    path = f"../dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/tasks/{quote(task_id, safe='')}"
+    return RedirectResponse(f"{path}{mapped}/plugin/{TASK_TAB_ROUTE}", status_code=302)
+
+
 @app.get("/api/settings")
 async def settings(user: GetUserDep) -> dict[str, Any]:
     """What the page needs to start: the default connection, the replay DAG and its form's fields."""
@@ -407,7 +437,7 @@ class DeadLetterViewPlugin(AirflowPlugin):
                 f"{URL_PREFIX}/dead-letters?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}"
                 "&map_index={MAP_INDEX}"
             ),
-            "url_route": "kerr-task-dead-letters",
+            "url_route": TASK_TAB_ROUTE,
             "destination": "task_instance",
         },
     ]

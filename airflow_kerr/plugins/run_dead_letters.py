@@ -35,6 +35,8 @@ class TaskDeadLetters:
     job_run_id: str | None
     spans: OffsetSpans
     task_attempts: int
+    #: Whether the job was still running when the value was pushed (no offsets yet: they come when it ends).
+    running: bool = False
 
     @property
     def records(self) -> int:
@@ -51,6 +53,7 @@ class TaskDeadLetters:
             "records": self.records,
             "offsets": spans_text(self.spans),
             "task_attempts": self.task_attempts,
+            "running": self.running,
         }
 
     @classmethod
@@ -71,6 +74,7 @@ class TaskDeadLetters:
             job_run_id=value.get("job_run_id") if isinstance(value.get("job_run_id"), str) else None,
             spans=spans,
             task_attempts=attempts if isinstance(attempts, int) else 0,
+            running=value.get("state") == "running",
         )
 
 
@@ -93,6 +97,30 @@ def dead_letters_of_run(
         rows = session.execute(query.order_by(XComModel.task_id, XComModel.map_index)).all()
     found = [TaskDeadLetters.of(row.task_id, row.map_index, XComModel.deserialize_value(row)) for row in rows]
     return [task for task in found if task is not None]
+
+
+def task_of_job_run(job_run_id: str) -> tuple[str, str, str, int] | None:
+    """The task instance (dag id, run id, task id, map index) whose job ran as ``job_run_id``, or None.
+
+    A job run id is ``<dag id>.<run id>.<task id>.<try>`` with characters outside
+    ``[A-Za-z0-9._-]`` replaced; DAG ids use only those, so the DAG is one of the id's dotted
+    prefixes, and the XCom rows of those DAGs are compared by the ``job_run_id`` they hold.
+    """
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    parts = job_run_id.split(".")
+    candidates = {".".join(parts[:i]) for i in range(1, len(parts))}
+    query = select(XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.map_index, XComModel.value).where(
+        XComModel.key == RUN_DEAD_LETTERS_XCOM, XComModel.dag_id.in_(candidates)
+    )
+    with create_session() as session:
+        for row in session.execute(query):
+            value = XComModel.deserialize_value(row)
+            if isinstance(value, dict) and value.get("job_run_id") == job_run_id:
+                return row.dag_id, row.run_id, row.task_id, row.map_index
+    return None
 
 
 def offsets_on(tasks: list[TaskDeadLetters], topic: str) -> OffsetSpans:
