@@ -31,7 +31,7 @@ DEAD_LETTER_OFFSETS = "dead_letter_offsets"
 RUN_DEAD_LETTERS_XCOM = "kerr_dead_letters"
 #: The largest offset Kafka has (int64).
 OFFSET_MAX = 2**63 - 1
-_TEXT_ITEM = re.compile(r"^(\d+):(\d+)(?:-(\d+))?$")
+_TEXT_ITEM = re.compile(r"^(\d{1,10}):(\d{1,19})(?:-(\d{1,19}))?$")
 SPANS_TEXT_ACCEPTED = (
     "expected partition:first-last items (last offset included), separated by commas or spaces, e.g. '0:10-19, 1:5'"
 )
@@ -112,7 +112,7 @@ def spans_from_fields(value: Any) -> OffsetSpans | None:
                 if not 0 <= start < end <= OFFSET_MAX:
                     return None
                 found.setdefault(partition, []).append((start, end))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return merge_spans(found)
 
@@ -147,11 +147,12 @@ def parse_spans_text(text: str) -> OffsetSpans:
     found: dict[int, list[tuple[int, int]]] = {}
     for item in (part for part in re.split(r"[\s,;]+", text.strip()) if part):
         match = _TEXT_ITEM.match(item)
+        named = repr(item) if len(item) <= 40 else repr(item[:39] + "\u2026")
         if match is None:
-            raise ValueError(f"{item!r} is not partition:first-last; {SPANS_TEXT_ACCEPTED}")
+            raise ValueError(f"{named} is not partition:first-last; {SPANS_TEXT_ACCEPTED}")
         partition, first = int(match.group(1)), int(match.group(2))
         last = first if match.group(3) is None else int(match.group(3))
         if last < first or last >= OFFSET_MAX or partition > 2**31 - 1:
-            raise ValueError(f"{item!r}: the last offset is before the first or out of range; {SPANS_TEXT_ACCEPTED}")
+            raise ValueError(f"{named}: the last offset is before the first or out of range; {SPANS_TEXT_ACCEPTED}")
         found.setdefault(partition, []).append((first, last + 1))
     return merge_spans(found)
