@@ -261,7 +261,7 @@ function label(ms) {
 async function loadBacklog() {
   $("#unread").textContent = "–";
   const group = $("#group").value.trim();
-  if (!group) return;
+  if (!group || state.run) return; // the group's backlog is the whole DLQ's, not the run's: not shown on a run's tab
   try {
     const backlog = await getJson(`/api/topics/${encodeURIComponent(state.topic)}/backlog`, { group });
     $("#unread").textContent = number(backlog.unread);
