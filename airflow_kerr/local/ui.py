@@ -170,8 +170,12 @@ def start_local_ui(  # noqa: PLR0913 - the local UI's start-up knobs; the CLI, t
         ui.schema_registry_url, ui.schema_registry = start_registry(
             ui.bootstrap_servers, external_cluster=ui.broker is None, log_path=home / "schema-registry.log"
         )
+        # The stack's startup bound covers Connect too: on a loaded machine its worker alone took over 90 s.
         ui.connect = ConnectWorker(
-            ui.bootstrap_servers, home / "connect", port=connect_port or preferred_port(CONNECT_DEFAULT_PORT)
+            ui.bootstrap_servers,
+            home / "connect",
+            port=connect_port or preferred_port(CONNECT_DEFAULT_PORT),
+            start_timeout_s=max(90.0, startup_timeout_s),
         ).start()
         if ui.broker is not None:
             add_sink_connector(ui.connect)
