@@ -42,7 +42,8 @@ def _foreign(kafka_bootstrap: str, marker: str, count: int, at_ms: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     # The DLQ as the job creates it (one partition) when no run has yet; there already, it is used as it is.
-    for future in AdminClient({"bootstrap.servers": kafka_bootstrap}).create_topics([NewTopic(DLQ, 1, 1)]).values():
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})  # kept: its futures die with it
+    for future in admin.create_topics([NewTopic(DLQ, 1, 1)]).values():
         try:
             future.result(30)
         except KafkaException as error:
