@@ -137,7 +137,7 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_kerr.queues.tolerance.ToleranceMessageQueueProvider",
         ],
         "notifications": ["airflow_kerr.notifiers.tolerance_breach.ToleranceBreachNotifier"],
-        # The DLQ view (Browse → Dead letters) and the Replay summary tab of DAG runs.
+        # The DLQ view (Browse → Dead letters), Replay summary tab of DAG runs, Dead letters tab of runs and tasks.
         "plugins": [
             {"name": "kerr_dead_letters", "plugin-class": "airflow_kerr.plugins.dead_letter_view.DeadLetterViewPlugin"}
         ],

@@ -177,7 +177,7 @@ def sample_dead_letters(
     scanned = 0
     try:
         for partition, (first, end) in offset_ranges(consumer, topic).items():
-            low, high = selection.offset_window(first, end)
+            low, high = selection.offset_window(first, end, partition)
             windows[partition] = _Window(first=low, low=high, high=high, done=high <= low)
         size = max(2 * limit, 100)
         while limit > 0 and scanned < max_scan and time.monotonic() < deadline:
@@ -292,6 +292,8 @@ def _take_batch(
             todo.pop(p)
             if todo:  # its later records were read in an earlier window: stop fetching them
                 consumer.incremental_unassign([TopicPartition(topic, p)])
+        if selection.dlq_offsets is not None and not selection.matches_offset(offset, p):
+            continue  # another writer's record between the selected run's
         fields = dead_letter_fields(message.headers())
         if selection.matches_time(stamp) and selection.matches_values(
             fields.exception_class, fields.stage, fields.source_topic, fields.pipeline, fields.header_set

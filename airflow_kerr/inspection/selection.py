@@ -22,6 +22,7 @@ from airflow_kerr.errors.dead_letter import DeadLetterRecord, HeaderSet
 from airflow_kerr.errors.dialects import HEADER_LESS, header_set_name
 from airflow_kerr.errors.stage import Stage
 from airflow_kerr.inspection.fields import STAGE_NAMES
+from airflow_kerr.kafka.offset_spans import OffsetSpans, hull, in_spans, spans_to_fields
 
 #: The key under which records without a value count (no exception class, stage, source topic or pipeline).
 NONE_KEY = "(none)"
@@ -104,6 +105,9 @@ class Selection:
     - ``headers``: each must be present with exactly this UTF-8 value, looked up among the
       original and the error headers. Only a replay parses every header, so the view's reads
       refuse a selection that sets it (:meth:`refuse_headers`).
+    - ``dlq_offsets``: exactly these DLQ offsets, per partition (sorted disjoint ``[start, end)``
+      spans, :mod:`airflow_kerr.kafka.offset_spans`): the dead letters one job run wrote, as its
+      delivery reports named them. A partition not listed has none; an empty mapping takes nothing.
     """
 
     exception_classes: frozenset[str] = frozenset()
@@ -117,6 +121,7 @@ class Selection:
     start_offset: int | None = None
     end_offset: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    dlq_offsets: OffsetSpans | None = None
     #: Whether any value criterion (the sets or the pattern) is set; else every record matches on values.
     by_values: bool = field(init=False, repr=False, compare=False)
     #: Whether no criterion is set, so every record matches (the replay then skips :meth:`matches`).
@@ -134,7 +139,9 @@ class Selection:
         other = bool(self.exception_classes or self.pipelines or self.header_sets)
         by_values = bool(other or self.exception_pattern is not None or self.stages or self.source_topics)
         bounds = (self.start_ms, self.end_ms, self.start_offset, self.end_offset)
-        everything = not by_values and all(bound is None for bound in bounds) and not self.headers
+        everything = (
+            not by_values and all(bound is None for bound in bounds) and not self.headers and self.dlq_offsets is None
+        )
         object.__setattr__(self, "by_values", by_values)
         object.__setattr__(self, "everything", everything)
         object.__setattr__(self, "_other_values", other)
@@ -189,7 +196,9 @@ class Selection:
                 return False
         if not in_window(letter.timestamp, self.start_ms, self.end_ms):  # parsing made "none" (negative) None
             return False
-        if (self.start_offset is not None or self.end_offset is not None) and not self.matches_offset(letter.offset):
+        if (
+            self.start_offset is not None or self.end_offset is not None or self.dlq_offsets is not None
+        ) and not self.matches_offset(letter.offset, letter.partition):
             return False
         if self.exception_pattern is not None and self.exception_pattern.search(letter.exception_class or "") is None:
             return False
@@ -232,23 +241,41 @@ class Selection:
         """
         return in_window(_stamp(timestamp_ms), self.start_ms, self.end_ms)
 
-    def matches_offset(self, offset: int | None) -> bool:
-        """The offset part of :meth:`matches`: inside ``[start_offset, end_offset)`` (no offset counts as -1)."""
+    def matches_offset(self, offset: int | None, partition: int | None = None) -> bool:
+        """The offset part of :meth:`matches`: inside ``[start_offset, end_offset)`` (no offset counts as -1), and
+        among ``dlq_offsets`` of ``partition`` when those are set."""
+        at = -1 if offset is None else offset
+        if self.dlq_offsets is not None:
+            spans = self.dlq_offsets.get(-1 if partition is None else partition)
+            if not spans or not in_spans(spans, at):
+                return False
         if self.start_offset is None and self.end_offset is None:
             return True
-        at = -1 if offset is None else offset
         return (self.start_offset is None or at >= self.start_offset) and (
             self.end_offset is None or at < self.end_offset
         )
 
-    def offset_window(self, low: int, high: int) -> tuple[int, int]:
-        """A partition's ``[low, high)`` narrowed to ``[start_offset, end_offset)``; an empty result is ``(x, x)``.
+    def offset_window(self, low: int, high: int, partition: int | None = None) -> tuple[int, int]:
+        """A partition's ``[low, high)`` narrowed to ``[start_offset, end_offset)`` and to the span of its
+        ``dlq_offsets`` (none listed: empty); an empty result is ``(x, x)``.
 
-        Reads that know their partitions' ranges narrow them once with this, rather than test each record.
+        Reads that know their partitions' ranges narrow them once with this; within the window,
+        only ``dlq_offsets`` still needs a test per record (:meth:`offsets_of`).
         """
         start = low if self.start_offset is None else max(low, self.start_offset)
         end = high if self.end_offset is None else min(high, self.end_offset)
+        if self.dlq_offsets is not None:
+            covered = hull(self.dlq_offsets.get(-1 if partition is None else partition, ()))
+            if covered is None:
+                return start, start
+            start, end = max(start, covered[0]), min(end, covered[1])
         return start, max(start, end)
+
+    def offsets_of(self, partition: int) -> tuple[tuple[int, int], ...] | None:
+        """The spans a record of ``partition`` must be in, or ``None`` when the selection takes any offset."""
+        if self.dlq_offsets is None:
+            return None
+        return self.dlq_offsets.get(partition, ())
 
     def refuse_headers(self, read: str) -> None:
         """Raise :class:`InvalidSelection` naming ``headers`` when it is set: ``read`` parses only the error headers."""
@@ -278,6 +305,7 @@ class Selection:
             "start_offset": self.start_offset,
             "end_offset": self.end_offset,
             "headers": dict(sorted(self.headers.items())) or None,
+            "dlq_offsets": None if self.dlq_offsets is None else spans_to_fields(self.dlq_offsets),
         }
 
     def fingerprint(self) -> str:

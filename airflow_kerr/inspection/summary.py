@@ -30,6 +30,7 @@ from airflow_kerr.inspection.cursor import ScanCursor, choose_bucket_ms
 from airflow_kerr.inspection.fields import CONNECT, header_text, raw_fields, stage_text
 from airflow_kerr.inspection.scan_consumers import SCAN_CONSUMERS, scan_key
 from airflow_kerr.inspection.selection import EVERYTHING, NONE_KEY, TEXT_KEYS, Selection
+from airflow_kerr.kafka.offset_spans import in_spans
 
 #: Records the first chunk of a large DLQ's count reads from its newest end (shared out over the
 #: partitions) before it goes on from the start: the first figures a page shows, in well under a second.
@@ -134,7 +135,7 @@ def _start_scan(kafka_config: Mapping[str, Any], topic: str, selection: Selectio
     time index gives them, else from a fetch; the last records' from a fetch at each end
     (a fetch that close to the end is small on any broker).
     """
-    ranges = {p: selection.offset_window(low, high) for p, (low, high) in offset_ranges(consumer, topic).items()}
+    ranges = {p: selection.offset_window(low, high, p) for p, (low, high) in offset_ranges(consumer, topic).items()}
     deadline = time.monotonic() + LOOKUP_TIMEOUT_S
     open_ranges = {p: low for p, (low, high) in ranges.items() if low < high}
     known = _log_start_stamps(kafka_config, topic, open_ranges, LOOKUP_TIMEOUT_S) if open_ranges else {}
@@ -192,6 +193,8 @@ class _ChunkCount:
         self.todo = {p for p in self.nexts if self.nexts[p] < self.ends[p]}
         self.bucket = scan.bucket_ms
         self.by_time, self.low_ms, self.high_ms = _time_bounds(selection)
+        #: One run's DLQ offsets (``Selection.dlq_offsets``), or None: then every offset in the ranges counts.
+        self.spans = selection.dlq_offsets
         #: (exception class, stage, source topic, pipeline, header set, bucket start) → records.
         self.tally: dict[tuple[Any, ...], int] = {}
         self.read = 0
@@ -240,7 +243,7 @@ class _ChunkCount:
             if not messages:
                 self.catch_up(consumer, topic)
 
-    def count(self, messages: list[Any]) -> None:
+    def count(self, messages: list[Any]) -> None:  # noqa: C901 - the hot loop, kept whole on purpose
         """Tally one batch, reading headers only: the hot loop, kept whole and on locals.
 
         A record past its partition's end (written after the scan began) closes the range
@@ -249,6 +252,7 @@ class _ChunkCount:
         """
         todo, nexts, ends, tally = self.todo, self.nexts, self.ends, self.tally
         bucket, by_time, low_ms, high_ms = self.bucket, self.by_time, self.low_ms, self.high_ms
+        spans = self.spans
         read, malformed = self.read, self.malformed
         for message in messages:
             if message.error() is not None:
@@ -262,11 +266,12 @@ class _ChunkCount:
                 nexts[partition] = end
                 todo.discard(partition)
                 continue
-            offset += 1
-            nexts[partition] = offset
-            if offset >= end:
+            nexts[partition] = offset + 1
+            if offset + 1 >= end:
                 todo.discard(partition)
             read += 1
+            if spans is not None and not in_spans(spans.get(partition, ()), offset):
+                continue  # another writer's record between this run's: read past, not counted
             headers = message.headers()
             fast = plain_connect_of(headers)  # a plain Connect dead letter: no parse, as raw_fields does
             if fast is None:

@@ -31,6 +31,13 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, TopicPartition
 
+from airflow_kerr.kafka.offset_spans import (
+    DEAD_LETTER_OFFSETS,
+    DEAD_LETTER_TOPIC,
+    OffsetSpans,
+    merge_spans,
+    spans_from_fields,
+)
 from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, read_range, topic_partitions, watermarks
 
 #: The fields of a task record that name its input: offsets ``[start_offset, end_offset)`` of one source partition.
@@ -139,6 +146,45 @@ def run_summary(
         lambda r: r.get("scope") == "run" and r.get("pipeline") == pipeline and r.get("run_id") == run_id,
     )
     return found[-1] if found else None
+
+
+@dataclass(frozen=True)
+class RunDeadLetters:
+    """The dead letters one job run wrote, as its task records say: the DLQ topic and the offsets per partition.
+
+    ``attempts`` is how many task attempts' records were found; 0 means the run published
+    none (it failed before any task reported), so nothing is known rather than "none written".
+    """
+
+    topic: str | None
+    spans: OffsetSpans
+    attempts: int
+
+
+def run_dead_letters(records: Sequence[Mapping[str, Any]]) -> RunDeadLetters:
+    """What a run's task records say it wrote to the DLQ: every attempt's latest record, their offsets joined.
+
+    Each attempt's spans are cumulative (its latest record holds all of them,
+    :func:`latest_per_attempt`); a failed attempt's dead letters count too, since they are in
+    the DLQ whether or not Spark ran the task again, and a retry's are other offsets.
+    """
+    tasks = latest_per_attempt([r for r in records if r.get("scope") == "task"])
+    topics = {str(r[DEAD_LETTER_TOPIC]) for r in tasks if r.get(DEAD_LETTER_TOPIC)}
+    spans = [found for r in tasks if (found := spans_from_fields(r.get(DEAD_LETTER_OFFSETS))) is not None]
+    return RunDeadLetters(topic=min(topics) if topics else None, spans=merge_spans(*spans), attempts=len(tasks))
+
+
+def read_run_dead_letters(
+    kafka_config: Mapping[str, Any], topic: str, pipeline: str, run_id: str, since_ms: int
+) -> RunDeadLetters:
+    """:func:`run_dead_letters` of one run, read from the metrics topic from ``since_ms`` (before the run began)."""
+    found = read_metrics_records(
+        kafka_config,
+        topic,
+        since_ms,
+        lambda r: r.get("scope") == "task" and r.get("pipeline") == pipeline and r.get("run_id") == run_id,
+    )
+    return run_dead_letters(found)
 
 
 def latest_per_attempt(records: Sequence[R]) -> list[R]:

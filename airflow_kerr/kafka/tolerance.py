@@ -22,6 +22,7 @@ from airflow_kerr.kafka.metrics_topic import (
     latest_per_attempt,
     read_metrics_records,
 )
+from airflow_kerr.kafka.offset_spans import DEAD_LETTER_OFFSETS
 from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_partitions
 
 WAIT_FOR = ("breach", "recovery")
@@ -194,6 +195,9 @@ class ToleranceReading:
     source: str
     #: The newest outage the job reported in the window (its ``scope="outage"`` record's ``outage``), if any.
     outage: dict[str, Any] | None = None
+    #: The job runs (their ``run_id``) whose task records in the window say they wrote dead letters, oldest first:
+    #: the alert links to each one's Dead letters tab.
+    dead_letter_runs: tuple[str, ...] = ()
 
     @property
     def error_rate(self) -> float:
@@ -215,7 +219,10 @@ class ToleranceReading:
             "window_start_ms": self.window_start_ms,
             "window_end_ms": self.window_end_ms,
             "source": self.source,
-        } | ({"kind": "outage", "outage": self.outage} if self.outage is not None else {})
+        } | (
+            ({"kind": "outage", "outage": self.outage} if self.outage is not None else {})
+            | ({"dead_letter_runs": list(self.dead_letter_runs)} if self.dead_letter_runs else {})
+        )
 
 
 def metrics_window(
@@ -253,6 +260,7 @@ def metrics_reading(records: Sequence[dict[str, Any]], start_ms: int, end_ms: in
     """
     outages = [r["outage"] for r in records if r.get("scope") == OUTAGE_SCOPE and isinstance(r.get("outage"), dict)]
     records = [r for r in records if r.get("scope", "task") == "task"]
+    runs = dict.fromkeys(str(r["run_id"]) for r in records if r.get(DEAD_LETTER_OFFSETS) and r.get("run_id"))
     records_in = errors = 0.0
     for record, share in count_inputs_once(latest_per_attempt(records)):
         records_in += share * int(record.get("records_in", 0))
@@ -264,6 +272,7 @@ def metrics_reading(records: Sequence[dict[str, Any]], start_ms: int, end_ms: in
         window_end_ms=end_ms,
         source="metrics",
         outage=outages[-1] if outages else None,
+        dead_letter_runs=tuple(runs),
     )
 
 

@@ -49,10 +49,11 @@ def write_dead_letters(
 
 
 def write_task_metrics(
-    kafka_config: Mapping[str, Any], metrics_topic: str, pipeline: str, records_in: int, errors: int
+    kafka_config: Mapping[str, Any], metrics_topic: str, pipeline: str, records_in: int, errors: int, **fields: Any
 ) -> int:
     """Produce one task's metrics record for a batch of ``records_in`` with ``errors`` failed (all tolerated), as the
-    job publishes it on its metrics topic; return the record's ``window_end_ms``.
+    job publishes it on its metrics topic; return the record's ``window_end_ms``. ``fields`` are added to the record
+    (``run_id``, ``dead_letter_offsets``...).
 
     Raises ``RuntimeError`` when the broker did not take it within 30 s.
     """
@@ -71,6 +72,7 @@ def write_task_metrics(
         ),
         "scope": "task",
         "state": "success",
+        **fields,
     }
     producer = Producer(dict(kafka_config))
     producer.produce(metrics_topic, key=pipeline.encode(), value=json.dumps(record).encode())

@@ -110,6 +110,9 @@ def link_lines(details: Mapping[str, Any]) -> list[str]:
     lines = []
     if details.get("question_link"):
         lines.append(f"Decide (resume now, wait for recovery, replay the DLQ, keep paused): {details['question_link']}")
+    for run in details.get("run_links") or []:
+        if isinstance(run, Mapping) and run.get("link"):
+            lines.append(f"Dead letters of run {run.get('run')}: {run['link']}")
     if details.get("dlq_link"):
         lines.append(f"Dead letters: {details['dlq_link']}")
     return lines

@@ -161,6 +161,8 @@ class ToleranceBreachNotifier(BaseNotifier):
             "paused_on_breach": reading.get("paused_on_breach"),
             # The job's errors.outage.* trip, when that is what the breach was: the alert then says "outage".
             "outage": reading.get("outage"),
+            # The job runs that wrote the window's dead letters: each has a Dead letters tab the alert links to.
+            "dead_letter_runs": list(reading.get("dead_letter_runs") or []),
             "dag_id": getattr(dag_run, "dag_id", None) or getattr(ti, "dag_id", None),
             "run_id": getattr(dag_run, "run_id", None) or getattr(ti, "run_id", None),
             "task_id": getattr(ti, "task_id", None),

@@ -90,6 +90,8 @@ class DeadLetterQueueReplayOperator(BaseOperator):
     :param start_offset: read each DLQ partition from this offset (inclusive).
     :param end_offset: ... up to this offset (exclusive).
     :param header_match: take only records carrying all these headers with these UTF-8 values.
+    :param dlq_offsets: take only the records at these DLQ offsets: ``partition:first-last`` text (last
+        included, e.g. ``"0:10-19, 1:5"``) or ``{partition: [[start, end], ...]}`` (end excluded).
     :param fix: dotted path of ``fn(ReplayRecord) -> ReplayRecord | None``; None drops the record,
         an exception parks it with the exception as the reason.
     :param value_format: with a fix, ``avro``, ``protobuf`` or ``json_schema`` hands it the decoded value and
@@ -131,6 +133,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         start_offset: int | str | None = None,
         end_offset: int | str | None = None,
         header_match: Mapping[str, str] | str | None = None,
+        dlq_offsets: Mapping[str, Any] | str | None = None,
         fix: str | None = None,
         value_format: str = "bytes",
         key_format: str = "bytes",
@@ -160,6 +163,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         self.start_offset = start_offset
         self.end_offset = end_offset
         self.header_match = header_match
+        self.dlq_offsets = dlq_offsets
         self.fix = fix
         self.value_format = value_format
         self.key_format = key_format

@@ -22,7 +22,8 @@ from airflow_kerr.errors.metrics import DLQ_PRODUCE_REQUESTS
 from airflow_kerr.formats.registry_settings import FORMATS
 from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.hooks.schema_registry import SchemaRegistryHook
-from airflow_kerr.kafka.metrics_topic import run_summary
+from airflow_kerr.kafka.metrics_topic import read_run_dead_letters, run_summary
+from airflow_kerr.kafka.offset_spans import RUN_DEAD_LETTERS_XCOM, count_offsets, spans_to_fields
 from airflow_kerr.operators.settings_check import fail_on_invalid_settings
 from airflow_kerr.operators.templating import is_templated
 from airflow_kerr.spark import job
@@ -215,7 +216,11 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
                 self.py_files = f"{self.py_files},{shipped}" if self.py_files else shipped
             self._hook = None
             self.log.info("pipeline %s, run %s, errors.* = %s", spec.name, run_id, spec.errors)
-            super().execute(context)
+            self.push_dead_letters(context, kafka_config, spec, run_id, started_ms, running=True)
+            try:
+                super().execute(context)
+            finally:  # a failed run's dead letters are the ones the on-call person wants to see
+                self.push_dead_letters(context, kafka_config, spec, run_id, started_ms)
         summary = run_summary(kafka_config, spec.metrics_topic, spec.name, run_id, started_ms - 60_000)
         if summary is None:
             self.log.warning("the job finished but its metrics record for run %s was not found", run_id)
@@ -225,6 +230,53 @@ class ErrorAwareSparkSubmitOperator(SparkSubmitOperator):
         if self.outputs_alias is not None:
             self.add_asset_events(context["outlet_events"], spec, run_id, summary)
         return summary
+
+    def push_dead_letters(
+        self,
+        context: Any,
+        kafka_config: Mapping[str, Any],
+        spec: PipelineSpec,
+        run_id: str,
+        started_ms: int,
+        *,
+        running: bool = False,
+    ) -> dict[str, Any] | None:
+        """Leave the run's dead letters (DLQ topic and offsets, from its task records) in XCom for the view's tab.
+
+        Pushed when the job starts (``running``: no offsets yet, so the tab says the task runs,
+        and the guard's alert can link to it), then again when it ends, failed runs too. Exact:
+        the offsets are the DLQ producer's delivery reports, so records other runs wrote to the
+        same DLQ meanwhile are not among them. A lookup that fails is logged and never hides
+        the run's own outcome. Returns what was pushed (None without a DLQ topic or on failure).
+        """
+        dlq_topic = spec.validate().dlq_topic_name
+        if not dlq_topic:
+            return None
+        value: dict[str, Any] = {
+            "topic": dlq_topic,
+            "kafka_config_id": self.kafka_config_id,
+            "pipeline": spec.name,
+            "job_run_id": run_id,
+            "state": "running" if running else "finished",
+        }
+        try:
+            if not running:
+                written = read_run_dead_letters(
+                    kafka_config, spec.metrics_topic, spec.name, run_id, started_ms - 60_000
+                )
+                value.update(
+                    topic=written.topic or dlq_topic,
+                    records=count_offsets(written.spans),
+                    offsets=spans_to_fields(written.spans),
+                    task_attempts=written.attempts,
+                )
+            context["ti"].xcom_push(key=RUN_DEAD_LETTERS_XCOM, value=value)
+        except Exception as error:  # the run's outcome matters more than its tab
+            self.log.warning("could not record which dead letters run %s wrote: %s", run_id, error)
+            return None
+        if not running:
+            self.log.info("run %s wrote %d dead letters to %s", run_id, value["records"], value["topic"])
+        return value
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage: the source topics in; the sink and the DLQ topic out, with the failed-record count.

@@ -1,8 +1,11 @@
 """The DLQ view: dead letters an on-call person can read inside the Airflow UI, and a replay of what they select.
 
 Airflow 3 mounts :data:`app` (FastAPI) in its api-server under ``/kerr`` and shows the
-page in its navigation (``Browse → Dead letters``) through an external view; a second
-external view adds a *Replay summary* tab to DAG run pages. Every route runs behind
+page in its navigation (``Browse → Dead letters``) through an external view; more
+external views add a *Replay summary* tab to DAG run pages and a *Dead letters* tab to
+task instances and DAG runs, where the same page shows exactly the dead letters that run
+wrote (:mod:`airflow_kerr.plugins.run_dead_letters`: the offsets the job's DLQ producer
+was told its records landed at, never a time window). Every route runs behind
 Airflow's own authentication (the UI's session cookie or a bearer token) and asks
 Airflow's auth manager whether the user may read the Kafka connection the view reads
 through: whoever may read that connection may read its topics anyway.
@@ -39,18 +42,18 @@ headers), ``dead_letter_view_conn_id`` (default ``kafka_default``),
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
-from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
+from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails, DagAccessEntity, DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.configuration import conf
 from airflow.exceptions import AirflowNotFoundException
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from airflow_kerr.errors.dead_letter import is_topic_name, shown
@@ -63,6 +66,7 @@ from airflow_kerr.inspection.samples import sample_dead_letters
 from airflow_kerr.inspection.selection import InvalidSelection, Selection
 from airflow_kerr.inspection.summary import summarize
 from airflow_kerr.kafka.offsets import OffsetLookupError
+from airflow_kerr.plugins.run_dead_letters import TaskDeadLetters, dead_letters_of_run, offsets_on, task_of_job_run
 from airflow_kerr.replay.form import CONNECTION, REPLAY_FORM
 
 URL_PREFIX = "/kerr"
@@ -250,11 +254,75 @@ def _shown(answer: dict[str, Any]) -> dict[str, Any]:
     return masked
 
 
-def _selection(request: Request) -> Selection:
+def _selection(request: Request, run: RunScope | None = None, topic: str | None = None) -> Selection:
+    """The page's selection; within a run's tab, narrowed to exactly the offsets that run wrote to ``topic``."""
     try:
-        return Selection.from_query({key: request.query_params.get(key) for key in SELECTION_KEYS})
+        selection = Selection.from_query({key: request.query_params.get(key) for key in SELECTION_KEYS})
     except InvalidSelection as error:
         raise HTTPException(400, str(error)) from None
+    if run is None or topic is None:
+        return selection
+    return replace(selection, dlq_offsets=offsets_on(list(run.tasks), topic))
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """A run tab's scope: the DAG run (and task instance) named by the page, with what its tasks wrote."""
+
+    dag_id: str
+    run_id: str
+    task_id: str | None
+    map_index: int | None
+    tasks: tuple[TaskDeadLetters, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "map_index": self.map_index,
+            "tasks": [task.to_dict() for task in self.tasks],
+        }
+
+
+def _run_key(name: str, raw: str | None) -> str | None:
+    """A DAG, run or task id from the query: unset when empty, a 400 when it cannot be an id."""
+    if raw is None or not raw.strip():
+        return None
+    if len(raw) > MAX_CONN_ID_CHARS or _CONTROL.search(raw):
+        raise HTTPException(
+            400, f"{name}={shown(raw)}: not an id (at most {MAX_CONN_ID_CHARS} characters, none a control character)"
+        )
+    return raw
+
+
+async def run_scope(request: Request, user: GetUserDep) -> RunScope | None:
+    """The run a tab names (``dag_id``, ``run_id``, optionally ``task_id`` and ``map_index``), if the user may read
+    its XCom; None on the Browse page, which names none."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    query = request.query_params
+    dag_id, run_id = _run_key("dag_id", query.get("dag_id")), _run_key("run_id", query.get("run_id"))
+    task_id = _run_key("task_id", query.get("task_id"))
+    if dag_id is None and run_id is None and task_id is None:
+        return None
+    if dag_id is None or run_id is None:
+        raise HTTPException(400, "dag_id and run_id: a run's dead letters need both (task_id and map_index narrow)")
+    raw_index = (query.get("map_index") or "").strip()
+    map_index: int | None = None
+    if re.fullmatch(r"-?\d{1,9}", raw_index):
+        map_index = int(raw_index)
+    elif raw_index and not raw_index.startswith("{"):  # "{MAP_INDEX}": Airflow had no map index to put there
+        raise HTTPException(400, f"map_index={shown(raw_index)}: expected a task's map index (-1 when not mapped)")
+    if not get_auth_manager().is_authorized_dag(
+        method="GET", access_entity=DagAccessEntity.XCOM, details=DagDetails(id=dag_id), user=user
+    ):
+        raise HTTPException(403, f"You may not read the XCom of DAG {dag_id!r}, which names its runs' dead letters.")
+    tasks = await run_in_threadpool(dead_letters_of_run, dag_id, run_id, task_id, map_index)
+    return RunScope(dag_id, run_id, task_id, map_index, tuple(tasks))
+
+
+RunDep = Annotated[RunScope | None, Depends(run_scope)]
 
 
 async def _read(function: Any, *args: Any, **kwargs: Any) -> Any:
@@ -288,6 +356,36 @@ async def replay_summary_page(user: GetUserDep) -> FileResponse:
     return FileResponse(STATIC / "replay_summary.html", headers={"Cache-Control": "no-store"})
 
 
+#: The task instance tab's route in Airflow's UI (the ``url_route`` of its external view below).
+TASK_TAB_ROUTE = "kerr-task-dead-letters"
+
+
+@app.get("/run-tab", include_in_schema=False)
+async def run_tab(user: GetUserDep, job_run_id: Annotated[str, Query(min_length=1, max_length=1000)]) -> Any:
+    """Go to the Dead letters tab of the task instance whose job ran as ``job_run_id`` (the breach alert links here:
+    the metrics it read name job runs, not task instances)."""
+    from urllib.parse import quote
+
+    from airflow.api_fastapi.app import get_auth_manager
+
+    found = await run_in_threadpool(task_of_job_run, job_run_id)
+    if found is None:
+        raise HTTPException(
+            404,
+            f"job_run_id={shown(job_run_id)}: no error-aware task instance ran a job of that id "
+            "(its XCom may have been cleared)",
+        )
+    dag_id, run_id, task_id, map_index = found
+    if not get_auth_manager().is_authorized_dag(
+        method="GET", access_entity=DagAccessEntity.XCOM, details=DagDetails(id=dag_id), user=user
+    ):
+        raise HTTPException(403, f"You may not read the XCom of DAG {dag_id!r}, which names its runs' dead letters.")
+    mapped = f"/mapped/{map_index}" if map_index >= 0 else ""
+    # Relative to /kerr/run-tab, so it lands in Airflow's UI under whatever base path Airflow is served at.
+    path = f"../dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/tasks/{quote(task_id, safe='')}"
+    return RedirectResponse(f"{path}{mapped}/plugin/{TASK_TAB_ROUTE}", status_code=302)
+
+
 @app.get("/api/settings")
 async def settings(user: GetUserDep) -> dict[str, Any]:
     """What the page needs to start: the default connection, the replay DAG and its form's fields."""
@@ -318,11 +416,20 @@ async def topics(kafka_config: KafkaConfig) -> dict[str, Any]:
     return _shown({"topics": [topic.to_dict() for topic in found]})
 
 
+@app.get("/api/run")
+async def run_dead_letters(run: RunDep) -> dict[str, Any]:
+    """What a DAG run's error-aware tasks (or one task instance) wrote to their DLQs: topic, offsets, count."""
+    if run is None:
+        raise HTTPException(400, "dag_id and run_id: name the DAG run whose dead letters to show")
+    return _shown(run.to_dict())
+
+
 @app.get("/api/topics/{topic}/summary")
 async def summary(
     topic: str,
     request: Request,
     kafka_config: KafkaConfig,
+    run: RunDep,
     cursor: str | None = None,
     max_records: Annotated[int, Query(ge=1, le=MAX_SUMMARY_RECORDS)] = 200_000,
     max_seconds: Annotated[float, Query(gt=0, le=MAX_SUMMARY_SECONDS)] = 1.0,
@@ -332,7 +439,7 @@ async def summary(
         summarize,
         kafka_config,
         _topic(topic),
-        selection=_selection(request),
+        selection=_selection(request, run, topic),
         cursor=cursor or None,
         max_records=max_records,
         max_seconds=max_seconds,
@@ -359,11 +466,16 @@ async def samples(
     request: Request,
     kafka_config: KafkaConfig,
     registry: Registry,
+    run: RunDep,
     limit: Annotated[int, Query(ge=1, le=MAX_SAMPLES)] = 20,
 ) -> dict[str, Any]:
-    """The newest dead letters matching the selection, decoded (registry formats through ``registry``), masked."""
+    """The newest dead letters matching the selection (within a run's tab: of that run only), decoded, masked.
+
+    Registry formats decode through ``registry``.
+    """
+    selection = _selection(request, run, topic)
     sample = await _read(
-        sample_dead_letters, kafka_config, _topic(topic), selection=_selection(request), limit=limit, registry=registry
+        sample_dead_letters, kafka_config, _topic(topic), selection=selection, limit=limit, registry=registry
     )
     return _shown(dict(sample.to_dict()))
 
@@ -397,5 +509,20 @@ class DeadLetterViewPlugin(AirflowPlugin):
             "href": f"{URL_PREFIX}/replay-summary?dag_id={{DAG_ID}}&run_id={{RUN_ID}}",
             "url_route": "kerr-replay-summary",
             "destination": "dag_run",
+        },
+        {
+            "name": "Dead letters",
+            "href": f"{URL_PREFIX}/dead-letters?dag_id={{DAG_ID}}&run_id={{RUN_ID}}",
+            "url_route": "kerr-run-dead-letters",
+            "destination": "dag_run",
+        },
+        {
+            "name": "Dead letters",
+            "href": (
+                f"{URL_PREFIX}/dead-letters?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}"
+                "&map_index={MAP_INDEX}"
+            ),
+            "url_route": TASK_TAB_ROUTE,
+            "destination": "task_instance",
         },
     ]

@@ -154,6 +154,13 @@ REPLAY_FORM: tuple[FormField, ...] = (
         "Read each DLQ partition up to this offset (exclusive); later records wait for another run.",
         SELECTION,
     ),
+    _text(
+        "dlq_offsets",
+        "Exactly these DLQ offsets",
+        "Only the records at these DLQ offsets, as partition:first-last (last included), e.g. 0:10-19, 1:5. "
+        "The Dead letters tab of a job run fills this with the offsets that run wrote.",
+        SELECTION,
+    ),
     FormField(
         "header_match",
         {},

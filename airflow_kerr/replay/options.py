@@ -25,6 +25,7 @@ from airflow_kerr.errors import Stage
 from airflow_kerr.errors.dead_letter import INT64_MAX, TOPIC_NAME_RULE, is_topic_name, shown
 from airflow_kerr.formats import FORMATS
 from airflow_kerr.inspection.selection import Selection, epoch_ms, parse_time
+from airflow_kerr.kafka.offset_spans import SPANS_TEXT_ACCEPTED, OffsetSpans, parse_spans_text, spans_from_fields
 from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, PARKING_SUFFIX, FixFn
 from airflow_kerr.replay.registry_values import REENCODE_CHOICES
 from airflow_kerr.replay.transactions import (
@@ -99,6 +100,7 @@ class ReplayOptions:
         start_offset: Any = None,
         end_offset: Any = None,
         header_match: Any = None,
+        dlq_offsets: Any = None,
         fix: Any = None,
         key_format: Any = None,
         value_format: Any = None,
@@ -157,6 +159,7 @@ class ReplayOptions:
             start_offset=first,
             end_offset=last,
             headers=_header_match(p, header_match),
+            dlq_offsets=_dlq_offsets(p, dlq_offsets),
         )
         fix_path = _str(p, "fix", fix)
         fix_fn: FixFn | None = None
@@ -401,6 +404,25 @@ def _time(p: list[str], key: str, value: Any) -> int | None:
         p.append(f"{key}={shown(value)}: {_TIME_ACCEPTED}")
         return None
     return ms
+
+
+def _dlq_offsets(p: list[str], value: Any) -> OffsetSpans | None:
+    """Exact DLQ offsets as ``partition:first-last`` text (:func:`parse_spans_text`), or their JSON mapping."""
+    if _unset(value):
+        return None
+    if isinstance(value, Mapping):
+        spans = spans_from_fields(value)
+        if spans is None:
+            p.append(f"dlq_offsets={shown(value)}: expected {{partition: [[start, end], ...]}} (end excluded)")
+        return spans
+    if not isinstance(value, str):
+        p.append(f"dlq_offsets={shown(value)}: {SPANS_TEXT_ACCEPTED}")
+        return None
+    try:
+        return parse_spans_text(value)
+    except ValueError as error:
+        p.append(f"dlq_offsets={shown(value)}: {error}")
+        return None
 
 
 def _header_match(p: list[str], value: Any) -> dict[str, str]:

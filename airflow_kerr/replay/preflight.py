@@ -20,6 +20,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from airflow_kerr.kafka.offset_spans import hull
 from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, topic_partitions, watermarks
 from airflow_kerr.replay.failures import LogLike, fence_failed
 from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
@@ -180,6 +181,10 @@ class Preflight:
                 expired[p] = low - position
             start = max(low if position < 0 else position, low, selection.start_offset or 0)
             end = high if selection.end_offset is None else min(high, selection.end_offset)
+            spans = selection.offsets_of(p)
+            if spans is not None:  # one run's dead letters: read no further than they reach
+                covered = hull(spans) or (low, low)
+                start, end = max(start, covered[0]), min(end, covered[1])
             starts[p], ends[p] = min(start, end), end
         return ReplayPlan(
             partitions,

@@ -405,7 +405,11 @@ class PartitionProcessor:
         )
 
     def record_fields(self, state: str, *, interim: bool) -> dict[str, Any]:
-        """What a task record adds to the counters: scope, state, the attempt and its ``seq``, the input range."""
+        """What a task record adds to the counters: scope, state, the attempt and its ``seq``, the input range.
+
+        And, once the attempt has written dead letters, the DLQ topic and the offsets they landed at
+        (``dead_letter_offsets``, from the delivery reports so far): what the DLQ view's run tab shows.
+        """
         seq, self.seq = self.seq, self.seq + 1
         return {
             "scope": "task",
@@ -416,6 +420,7 @@ class PartitionProcessor:
             SEQ: seq,
             INTERIM: interim,
             **input_range_fields(self.topic, self.partition, self.first_offset, self.last_offset),
+            **self.channel.dead_letter_spans.as_fields(self.config.dlq_topic_name),
         }
 
     def publish_interim(self) -> bool:

@@ -25,6 +25,7 @@ from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import DeadLetterQueueRecord
 from airflow_kerr.formats import RegistrySerializer, RegistrySettings, registry_client_for
 from airflow_kerr.formats.registry_settings import FORMATS
+from airflow_kerr.kafka.offset_spans import SpanRecorder
 from airflow_kerr.kafka.record_size import batch_size, is_size_error, message_max_bytes, record_size
 from airflow_kerr.spark.spec import SinkSpec
 from airflow_kerr.spark.stages import PipelineRecord
@@ -106,14 +107,16 @@ class ProducerChannel:
         self.producer = self._new_producer(kafka_config)
         #: The DLQ records' producer, opened by :meth:`open_dead_letters` or with the first DLQ record.
         self.dead_letters: Producer | None = None
+        #: Where each DLQ record landed (partition, offset), from its delivery report: the run's own dead letters.
+        self.dead_letter_spans = SpanRecorder()
 
-    def _new_producer(self, kafka_config: Mapping[str, Any]) -> Producer:
+    def _new_producer(self, kafka_config: Mapping[str, Any], *, report_deliveries: bool = False) -> Producer:
         return Producer(
             {
                 **kafka_config,
                 "enable.idempotence": True,
                 "linger.ms": kafka_config.get("linger.ms", 20),
-                "delivery.report.only.error": True,
+                "delivery.report.only.error": not report_deliveries,
                 "on_delivery": self._delivered,
             }
         )
@@ -127,8 +130,11 @@ class ProducerChannel:
         """
         if self.dead_letters is None:
             config = self.kafka_config
+            # Every delivery is reported, not only failures: its partition and offset say exactly which DLQ
+            # records this task wrote (dead_letter_spans), so a run's dead letters are found by offset, never by time.
             self.dead_letters = self._new_producer(
-                {**config, "compression.type": config.get("compression.type", DEAD_LETTER_COMPRESSION)}
+                {**config, "compression.type": config.get("compression.type", DEAD_LETTER_COMPRESSION)},
+                report_deliveries=True,
             )
         return self.dead_letters
 
@@ -205,8 +211,9 @@ class ProducerChannel:
     def _dead_letter_delivered(
         self, record: DeadLetterQueueRecord, omitted: bool, error: KafkaError | None, message: Any
     ) -> None:
-        """A DLQ record's delivery report (errors only): a size refusal is written again at flush, once."""
+        """A DLQ record's delivery report: where it landed, or a failure (a size refusal is written again at flush)."""
         if error is None:
+            self.dead_letter_spans.add(message.partition(), message.offset())
             return
         if is_size_error(error) and not omitted:
             self.oversized.append((record, error))

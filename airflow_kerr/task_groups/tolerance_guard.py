@@ -81,6 +81,22 @@ def dlq_link(base: str, dlq_topic: str, kafka_config_id: str) -> str:
     return f"{base}/kerr/dead-letters?" + urlencode({"topic": dlq_topic, "kafka_config_id": kafka_config_id})
 
 
+#: Job runs the alert links to at most (the newest): a window rarely holds more than one or two runs.
+MAX_RUN_LINKS = 3
+
+
+def run_tab_link(base: str, job_run_id: str) -> str:
+    """The Dead letters tab of the task instance whose job ran as ``job_run_id`` (the view redirects there)."""
+    return f"{base}/kerr/run-tab?" + urlencode({"job_run_id": job_run_id})
+
+
+def run_links(base: str | None, job_run_ids: Sequence[str]) -> list[dict[str, str]]:
+    """The newest :data:`MAX_RUN_LINKS` runs' tabs, each ``{"run": job run id, "link": ...}``; none without a base."""
+    if not base:
+        return []
+    return [{"run": run, "link": run_tab_link(base, run)} for run in list(job_run_ids)[-MAX_RUN_LINKS:]]
+
+
 def _on_call_question_class() -> type:
     """``HITLBranchOperator`` that also records the answer and who gave it as the XCom ``answer``.
 
@@ -244,6 +260,8 @@ def tolerance_guard(  # noqa: PLR0913, C901, PLR0915 - flat keyword arguments (i
                 "connectors": names,
                 "question_link": question_link(base, ti.dag_id, ti.run_id, ask_task_id) if (ask and base) else None,
                 "dlq_link": dlq_link(base, dlq, kafka_config_id) if (base and dlq) else None,
+                # Straight to what the breaching runs wrote: each run's Dead letters tab.
+                "run_links": run_links(base, details.get("dead_letter_runs") or []),
             }
             return fields
 
@@ -275,6 +293,7 @@ def tolerance_guard(  # noqa: PLR0913, C901, PLR0915 - flat keyword arguments (i
                     "max_errors",
                     "question_link",
                     "dlq_link",
+                    "run_links",
                     "dag_id",
                     "run_id",
                 )
@@ -464,6 +483,7 @@ def _question_tasks(  # noqa: PLR0913 - the question's settings, passed from tol
         "**{{ a.get('summary') or 'Tolerance breached' }}**\n\n"
         "The sink is paused. Nobody answering within " + f"{response_timeout / 60:g}" + " min means "
         f"*{WAIT_FOR_RECOVERY}*: it resumes by itself once the error rate is back under the limit.\n\n"
+        "{% for r in a.get('run_links') or [] %}[Dead letters of run {{ r['run'] }}]({{ r['link'] }})\n\n{% endfor %}"
         "{% if a.get('dlq_link') %}[The dead letters]({{ a['dlq_link'] }}){% endif %}"
     )
     question = _on_call_question_class()(

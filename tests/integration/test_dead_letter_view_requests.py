@@ -209,3 +209,37 @@ def test_a_summary_cursor_from_elsewhere_is_a_400_naming_it(client: TestClient, 
 def test_pages_and_settings_answer(client: TestClient) -> None:
     for path in ("/dead-letters", "/replay-summary", "/api/settings"):
         assert client.get(path, params={"x": "\x00é" * 100}).status_code == 200
+
+
+RUN_KEYS = {"dag_id": values, "run_id": values, "task_id": values, "map_index": st.one_of(values, st.integers(-2, 5))}
+
+
+def test_a_runs_tab_names_what_it_needs_and_what_it_found(client: TestClient, dlq: str, airflow_home: Any) -> None:
+    """The tab's requests against the real metadata DB: a run that left no record counts nothing, and a bad id is a
+    400 naming it (the tab of a real job run: tests/ui/test_run_dead_letters_tab.py)."""
+    run = {"dag_id": "no_such_dag", "run_id": "manual__1", "task_id": "t", "map_index": "-1"}
+    found = client.get("/api/run", params=run).raise_for_status().json()
+    assert found == {"dag_id": "no_such_dag", "run_id": "manual__1", "task_id": "t", "map_index": -1, "tasks": []}
+    counted = client.get(path_of(dlq, "summary"), params=run).raise_for_status().json()
+    assert counted["matched"] == 0 and counted["total"] == 0, "a run that wrote nothing shows nothing of the DLQ"
+    assert client.get(path_of(dlq, "samples"), params=run).raise_for_status().json()["records"] == []
+    assert client.get(path_of(dlq, "summary")).raise_for_status().json()["matched"] == 4, "Browse still counts all"
+
+    for params, named in [
+        ({"dag_id": "d"}, "dag_id and run_id: a run's dead letters need both"),
+        ({**run, "map_index": "x"}, "map_index='x': expected a task's map index"),
+        ({**run, "task_id": "t\x00"}, "task_id='t\\x00': not an id"),
+    ]:
+        response = client.get("/api/run", params=params)
+        assert response.status_code == 400 and named in response.json()["detail"], response.text
+    # Airflow leaves {MAP_INDEX} as it is when it has none to put there: any map index then.
+    assert client.get("/api/run", params={**run, "map_index": "{MAP_INDEX}"}).json()["map_index"] is None
+    missing = client.get("/run-tab", params={"job_run_id": "no_such_dag.manual__1.t.1"}, follow_redirects=False)
+    assert missing.status_code == 404 and "no_such_dag.manual__1.t.1" in missing.json()["detail"]
+
+
+@FUZZ
+@given(data=st.data())
+def test_a_runs_tab_never_answers_5xx(client: TestClient, dlq: str, airflow_home: Any, data: st.DataObject) -> None:
+    route = data.draw(st.sampled_from(["/api/run", path_of(dlq, "summary"), path_of(dlq, "samples")]))
+    assert_no_5xx(client, route, data.draw(query(**RUN_KEYS)))

@@ -169,6 +169,10 @@ def test_example_dag_runs_and_pushes_the_run_metrics(
     assert metrics["records_in"] == generated["total"] == 700
     assert metrics["total-records-skipped"] == generated["malformed"] + generated["invalid"]
     assert metrics["total-retries"] == generated["flaky"]
+    # What the run's Dead letters tab reads: the offsets its DLQ producer was told, as many as its metrics counted.
+    written = ti.xcom_pull(task_ids="orders_pipeline", key="kerr_dead_letters")
+    assert written["state"] == "finished" and written["topic"] == "orders.dlq", written
+    assert written["records"] == metrics["deadletterqueue-produce-requests"] == metrics["total-records-skipped"]
 
 
 def test_cluster_deploy_mode_is_refused_with_what_to_do_instead(monkeypatch: pytest.MonkeyPatch) -> None:

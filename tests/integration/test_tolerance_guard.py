@@ -317,7 +317,17 @@ def test_the_on_call_answer_resumes_and_the_resolved_message_names_who_gave_it(
     metrics = create_topic(f"{unique_topic}.metrics")
     dlq = create_topic(f"{unique_topic}.dlq")
     sink = add_sink(connect, f"orders-sink-{unique_topic[-8:]}", create_topic(f"{unique_topic}.clean"))
-    write_task_metrics(kafka_config, metrics, "asked", records_in=200, errors=50)
+    job_run = f"error_aware_{unique_topic[-8:]}.manual__1.orders_pipeline.1"
+    write_task_metrics(
+        kafka_config,
+        metrics,
+        "asked",
+        records_in=200,
+        errors=50,
+        run_id=job_run,
+        dead_letter_topic=dlq,
+        dead_letter_offsets={"0": [[0, 50]]},
+    )
     url, received = webhook
     dag_id = f"guard_{unique_topic[-8:]}"
     dag = guard_dag(
@@ -360,6 +370,10 @@ def test_the_on_call_answer_resumes_and_the_resolved_message_names_who_gave_it(
         alert["kerr"]["dlq_link"]
         == f"http://airflow.example:8080/kerr/dead-letters?topic={dlq}&kafka_config_id=kafka_default"
     )
+    # Straight to the Dead letters tab of the job run that wrote the window's dead letters.
+    tab = f"http://airflow.example:8080/kerr/run-tab?job_run_id={job_run}"
+    assert alert["kerr"]["run_links"] == [{"run": job_run, "link": tab}], alert["kerr"]
+    assert f"Dead letters of run {job_run}: {tab}" in alert["blocks"][0]["text"]["text"]
     assert resolved["kerr"]["episode_key"] == alert["kerr"]["episode_key"]
     assert resolved["kerr"]["answer"]["chosen"] == "Resume now"
     assert resolved["kerr"]["answer"]["responded_by"] == "oncall" and resolved["kerr"]["answer"]["timed_out"] is False

@@ -49,7 +49,8 @@ def test_every_module_the_provider_lists_imports() -> None:
 
 
 def test_airflow_loads_the_dead_letter_view_plugin() -> None:
-    """Airflow's api-server mounts the DLQ view and shows it under Browse, with a Replay summary tab on DAG runs."""
+    """Airflow's api-server mounts the DLQ view and shows it under Browse, with a Replay summary tab on DAG runs and a
+    Dead letters tab on DAG runs and task instances."""
     code = (
         "import json\n"
         "from airflow import plugins_manager\n"
@@ -64,6 +65,8 @@ def test_airflow_loads_the_dead_letter_view_plugin() -> None:
     assert "/kerr" in loaded["apps"], loaded
     assert ["kerr-dead-letters", "nav"] in loaded["views"], loaded
     assert ["kerr-replay-summary", "dag_run"] in loaded["views"], loaded
+    assert ["kerr-run-dead-letters", "dag_run"] in loaded["views"], loaded
+    assert ["kerr-task-dead-letters", "task_instance"] in loaded["views"], loaded
 
 
 def test_airflow_providers_list_shows_the_provider() -> None:

@@ -17,7 +17,10 @@ const DIALECTS = {
 };
 const $ = (selector) => document.querySelector(selector);
 
-const state = { settings: null, topic: null, generation: 0, known: {}, counts: {}, timeline: {}, chunk: null };
+const state = { settings: null, topic: null, generation: 0, known: {}, counts: {}, timeline: {}, chunk: null, run: null };
+// A run's tab (Airflow's Dead letters tab of a task instance or DAG run): the page names the run in every request,
+// and the server narrows counts and samples to exactly the DLQ offsets that run wrote.
+const RUN_KEYS = ["dag_id", "run_id", "task_id", "map_index"];
 
 function element(tag, attributes = {}, ...children) {
   const node = document.createElement(tag);
@@ -38,7 +41,9 @@ function showError(message) {
 
 async function getJson(path, params = {}) {
   const query = new URLSearchParams(
-    Object.entries({ kafka_config_id: $("#conn").value, ...params }).filter(([, v]) => v !== "" && v != null),
+    Object.entries({ kafka_config_id: $("#conn").value, ...(state.run ? state.run.query : {}), ...params }).filter(
+      ([, v]) => v !== "" && v != null,
+    ),
   );
   const response = await fetch(`${KERR}${path}?${query}`, { credentials: "same-origin" });
   const body = await response.json().catch(() => ({ detail: `${response.status} ${response.statusText}` }));
@@ -110,10 +115,11 @@ async function loadTopics() {
 function openTopic(topic) {
   state.topic = topic;
   state.known = Object.fromEntries(DIMENSIONS.map((d) => [d, new Set()]));
-  history.replaceState(null, "", `?topic=${encodeURIComponent(topic)}`);
+  const address = new URLSearchParams({ ...(state.run ? state.run.query : {}), topic });
+  history.replaceState(null, "", `?${address}`);
   $("#dlq").hidden = false;
   $("#dlq-title").textContent = topic;
-  $("#group").value = `kerr-replay.${topic}`;
+  $("#group").value = state.run ? runGroup(topic) : `kerr-replay.${topic}`;
   $("#selection").reset();
   for (const key of DIMENSIONS) resetOptions(key);
   refresh();
@@ -161,12 +167,14 @@ function add(chunk) {
 
 function renderCounts() {
   const chunk = state.chunk;
-  $("#total").textContent = chunk ? number(chunk.total) : "–";
+  $("#total").textContent = state.run ? number(runRecords(state.topic)) : chunk ? number(chunk.total) : "–";
   $("#matched").textContent = chunk ? number(state.matched) : "–";
   $("#progress").textContent = !chunk
     ? "Counting…"
     : chunk.complete
-      ? `All ${number(chunk.total)} records counted.`
+      ? state.run
+        ? `All ${number(runRecords(state.topic))} records the run wrote counted (offsets as it recorded them).`
+        : `All ${number(chunk.total)} records counted.`
       : `Counted ${number(chunk.position)} of ${number(chunk.total)} records so far: the figures below are a sample ` +
         "until the count completes.";
   const chosen = selection();
@@ -253,7 +261,7 @@ function label(ms) {
 async function loadBacklog() {
   $("#unread").textContent = "–";
   const group = $("#group").value.trim();
-  if (!group) return;
+  if (!group || state.run) return; // the group's backlog is the whole DLQ's, not the run's: not shown on a run's tab
   try {
     const backlog = await getJson(`/api/topics/${encodeURIComponent(state.topic)}/backlog`, { group });
     $("#unread").textContent = number(backlog.unread);
@@ -369,6 +377,7 @@ function openReplay() {
     kafka_config_id: $("#conn").value,
     dlq_topic: state.topic,
     replay_group: $("#group").value.trim() || null,
+    dlq_offsets: state.run ? runOffsets(state.topic) || null : null,
     source_topics: chosen.source_topic ? [chosen.source_topic] : [],
     stages: chosen.stage ? [chosen.stage] : [],
     exception_class_regex: chosen.exception_class ? `^${chosen.exception_class.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}$` : null,
@@ -475,11 +484,12 @@ async function triggerReplay(event) {
   if (problems.length) return;
   const dag = state.settings.replay_dag_id;
   const described = Object.entries(selectionForNote()).map(([k, v]) => `${k}=${v}`).join(", ") || "everything";
+  const from = state.run ? `, the dead letters of ${state.run.dag_id} run ${state.run.run_id}` : "";
   const response = await fetch(`${AIRFLOW}/api/v2/dags/${encodeURIComponent(dag)}/dagRuns`, {
     method: "POST",
     credentials: "same-origin",
     headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ logical_date: null, conf, note: `From the Dead letters view: ${state.topic}, ${described}` }),
+    body: JSON.stringify({ logical_date: null, conf, note: `From the Dead letters view: ${state.topic}${from}, ${described}` }),
   });
   const body = await response.json().catch(() => ({}));
   if (!response.ok) {
@@ -508,6 +518,55 @@ function selectionForNote() {
   return chosen;
 }
 
+// The tasks of the tab's run that wrote to `topic` (a DAG run's tasks may write to different DLQs).
+const runTasks = (topic) => (state.run ? state.run.tasks.filter((task) => task.topic === topic) : []);
+const runRecords = (topic) => runTasks(topic).reduce((sum, task) => sum + task.records, 0);
+const runOffsets = (topic) => runTasks(topic).map((task) => task.offsets).filter(Boolean).join(", ");
+// A replay group of the run's own, so "Replay these…" reads its offsets whatever the DLQ's usual group has read.
+function runGroup(topic) {
+  const tasks = runTasks(topic);
+  const name = tasks.length === 1 && tasks[0].job_run_id ? tasks[0].job_run_id : `${state.run.dag_id}.${state.run.run_id}`;
+  return `kerr-replay.${topic}.${name}`.replace(/[^A-Za-z0-9._-]+/g, "_").slice(0, 240);
+}
+
+// A run's tab: what the run's error-aware tasks wrote, read from the XCom the operator left; then its first DLQ.
+async function startRun(params) {
+  state.run = { query: Object.fromEntries(RUN_KEYS.filter((k) => params.get(k)).map((k) => [k, params.get(k)])) };
+  $("#topics-section").hidden = true;
+  $("#replay").textContent = "Replay these…";
+  $("#total-label").textContent = "written by this run";
+  const note = $("#run-note");
+  note.hidden = false;
+  let body;
+  try {
+    body = await getJson("/api/run");
+  } catch (error) {
+    showError(`Could not read which dead letters this run wrote: ${error.message}`);
+    return;
+  }
+  state.run.dag_id = body.dag_id;
+  state.run.run_id = body.run_id;
+  state.run.tasks = body.tasks;
+  const who = body.task_id ? `Task ${body.task_id} of run ${body.run_id}` : `Run ${body.run_id}`;
+  if (body.tasks.length && body.tasks.every((task) => task.running)) {
+    note.textContent = `${who} is still running its job: the dead letters it writes show here once the job ends.`;
+    return;
+  }
+  if (!body.tasks.length) {
+    note.textContent = `${who} left no record of dead letters: it is not an error-aware task with a DLQ topic, ` +
+      "or no try of it has finished yet.";
+    return;
+  }
+  const topics = [...new Set(body.tasks.map((task) => task.topic))];
+  const total = body.tasks.reduce((sum, task) => sum + task.records, 0);
+  note.textContent = `${who} wrote ${number(total)} dead letters to ${topics.join(", ")}. Only those are shown ` +
+    "here, found by the DLQ offsets the run recorded.";
+  $("#conn").value = params.get("kafka_config_id") || body.tasks[0].kafka_config_id || $("#conn").value;
+  if (total === 0) return;
+  const chosen = params.get("topic");
+  openTopic(topics.includes(chosen) ? chosen : topics.find((t) => runRecords(t) > 0) || topics[0]);
+}
+
 async function start() {
   try {
     state.settings = await (await fetch(`${KERR}/api/settings`, { credentials: "same-origin" })).json();
@@ -518,12 +577,16 @@ async function start() {
   const params = new URLSearchParams(location.search);
   $("#conn").value = params.get("kafka_config_id") || state.settings.kafka_config_id;
   $("#registry").value = params.get("schema_registry_conn_id") || state.settings.schema_registry_conn_id || "";
-  $("#reload").addEventListener("click", () => { loadTopics(); if (state.topic) openTopic(state.topic); });
+  $("#reload").addEventListener("click", () => { if (!state.run) loadTopics(); if (state.topic) openTopic(state.topic); });
   $("#selection").addEventListener("change", refresh);
   $("#clear").addEventListener("click", () => { $("#selection").reset(); refresh(); });
   $("#group").addEventListener("change", loadBacklog);
   $("#replay").addEventListener("click", openReplay);
   $("#replay-submit").addEventListener("click", triggerReplay);
+  if (params.get("dag_id") || params.get("run_id")) {
+    await startRun(params);
+    return;
+  }
   await loadTopics();
   if (params.get("topic")) openTopic(params.get("topic"));
 }

@@ -147,3 +147,24 @@ def test_a_window_is_half_open_and_takes_no_undated_record_once_bounded() -> Non
     assert in_window(10, 10, 11) and not in_window(11, 10, 11)
     assert not in_window(None, 0, None) and not in_window(None, None, 1)
     assert in_window(0, None, 1) and not in_window(9, 10, None)
+
+
+def test_a_runs_offsets_narrow_each_partition_to_what_it_wrote() -> None:
+    """The run tab: each partition is read only across the run's own offsets, and nothing of an unlisted one."""
+    selection = dataclasses.replace(Selection(), dlq_offsets={0: ((10, 13), (20, 22))})
+    assert not selection.everything
+    assert selection.offset_window(0, 100, 0) == (10, 22)
+    assert selection.offset_window(15, 21, 0) == (15, 21)
+    assert selection.offset_window(0, 100, 1) == (0, 0)
+    assert [selection.matches_offset(o, 0) for o in (9, 10, 12, 13, 19, 21, 22)] == [
+        False,
+        True,
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]
+    assert not selection.matches_offset(10, 1)
+    assert selection.to_dict()["dlq_offsets"] == {"0": [[10, 13], [20, 22]]}
+    assert selection.fingerprint() != Selection().fingerprint()

@@ -218,3 +218,19 @@ def test_every_input_counts_once_after_any_history_of_killed_runs_and_retries(
     reading = read_from(log)
 
     assert (reading.records_in, reading.errors) == (records_in, errors)
+
+
+def test_a_reading_names_the_job_runs_that_wrote_its_windows_dead_letters() -> None:
+    """What the breach alert links to: the runs whose task records carry dead-letter offsets, oldest first, once."""
+    from airflow_kerr.kafka.offset_spans import DEAD_LETTER_OFFSETS
+    from airflow_kerr.kafka.tolerance import metrics_reading
+
+    def task(run_id: str, offsets: dict[str, list[list[int]]] | None) -> dict[str, Any]:
+        record = {"scope": "task", "pipeline": "p", "run_id": run_id, "records_in": 10, "total-record-errors": 1}
+        return {**record, DEAD_LETTER_OFFSETS: offsets} if offsets is not None else record
+
+    records = [task("r1", {"0": [[0, 1]]}), task("r2", None), task("r3", {"0": [[4, 5]]}), task("r1", {"1": [[0, 1]]})]
+    reading = metrics_reading(records, 0, 1)
+    assert reading.dead_letter_runs == ("r1", "r3")
+    assert reading.as_dict()["dead_letter_runs"] == ["r1", "r3"]
+    assert "dead_letter_runs" not in metrics_reading([task("r2", None)], 0, 1).as_dict()

@@ -73,3 +73,21 @@ def test_a_connection_without_a_url_is_named() -> None:
     conn = SimpleNamespace(conn_type="http", host="", password="T/B/x", schema=None, port=None)
     with pytest.raises(ValueError, match=r"webhook_conn_id='alerts': the connection holds no webhook URL; accepted:"):
         webhook_url_of(conn, "alerts")
+
+
+def test_the_alert_links_straight_to_each_breaching_runs_dead_letters_tab() -> None:
+    """The reading names the job runs that wrote the window's dead letters; the guard turns each into its tab's link."""
+    from airflow_kerr.task_groups.tolerance_guard import MAX_RUN_LINKS, run_links
+
+    reading = {**READING, "dead_letter_runs": ["old.run", "error_aware_pipeline.manual__1.orders_pipeline.1"]}
+    notifier = ToleranceBreachNotifier(reading=reading, sample=SAMPLE, dlq_topic="orders.dlq")
+    details = notifier.details({})
+    assert details["dead_letter_runs"] == reading["dead_letter_runs"]
+    details["run_links"] = run_links("http://airflow:8080", details["dead_letter_runs"])
+    built = notifier.message(details)
+
+    tab = "http://airflow:8080/kerr/run-tab?job_run_id=error_aware_pipeline.manual__1.orders_pipeline.1"
+    assert f"Dead letters of run error_aware_pipeline.manual__1.orders_pipeline.1: {tab}" in built.text.splitlines()
+    assert tab in built.html
+    assert run_links(None, ["r"]) == [], "no link without Airflow's address"
+    assert [r["run"] for r in run_links("http://a", [str(i) for i in range(9)])] == ["6", "7", "8"][-MAX_RUN_LINKS:]

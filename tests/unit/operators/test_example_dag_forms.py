@@ -56,6 +56,7 @@ OPTIONAL = {
         "end_time",
         "start_offset",
         "end_offset",
+        "dlq_offsets",
         "fix",
         "target_topic",
         "target_allowlist",

@@ -118,3 +118,22 @@ def test_a_naive_time_is_utc_and_epoch_milliseconds_pass_through() -> None:
     options = ReplayOptions.build(dlq_topic="d", start_time="2026-01-01T00:00:00", end_time=1_767_225_600_001)
     assert options.selection.start_ms == 1_767_225_600_000
     assert options.selection.end_ms == 1_767_225_600_001
+
+
+def test_exact_dlq_offsets_select_a_runs_dead_letters_only() -> None:
+    """The run tab's "Replay these…" fills dlq_offsets: only those offsets are replayed, as text or as JSON."""
+    from airflow_kerr.errors import parse_dead_letter
+    from tests.unit.inspection.connect_records import connect_headers
+
+    options = ReplayOptions.build(dlq_topic="orders.dlq", dlq_offsets="0:10-12, 1:4")
+    assert options.selection.dlq_offsets == {0: ((10, 13),), 1: ((4, 5),)}
+    assert ReplayOptions.build(dlq_topic="d", dlq_offsets={"0": [[10, 13]]}).selection.dlq_offsets == {0: ((10, 13),)}
+
+    def at(partition: int, offset: int) -> bool:
+        letter = parse_dead_letter(connect_headers(), b"k", b"v", partition=partition, offset=offset)
+        return options.selection.matches(letter)
+
+    assert [at(0, o) for o in (9, 10, 12, 13)] == [False, True, True, False]
+    assert at(1, 4) and not at(1, 10) and not at(2, 10)
+    with pytest.raises(InvalidReplayOptions, match=r"dlq_offsets='0:x': '0:x' is not partition:first-last"):
+        ReplayOptions.build(dlq_topic="d", dlq_offsets="0:x")

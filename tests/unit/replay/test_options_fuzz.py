@@ -29,6 +29,7 @@ KEYS = [
     "start_offset",
     "end_offset",
     "header_match",
+    "dlq_offsets",
     "fix",
     "target_topic",
     "target_allowlist",
