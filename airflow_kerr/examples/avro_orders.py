@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_kerr.formats import WireFormat
+from airflow_kerr.replay.policy import ReplayRecord
 from airflow_kerr.spark.stages import PipelineRecord
 
 ORDER_SCHEMA = json.dumps(
@@ -105,4 +106,15 @@ def add_amount_cents(record: PipelineRecord) -> PipelineRecord:
     """Add the amount in cents; a tombstone (a null value) passes as it is, to delete its key downstream."""
     if record.value is not None:
         record.value["amount_cents"] = round(record.value["amount"] * 100)
+    return record
+
+
+def repair_amount(record: ReplayRecord) -> ReplayRecord:
+    """A replay fix on decoded orders (``value_format="avro"``): a negative amount becomes its absolute value.
+
+    The replay hands the value decoded (a dict) and encodes what comes back with the record's schema.
+    """
+    value: Any = record.value
+    if isinstance(value, dict) and isinstance(value.get("amount"), (int, float)):
+        value["amount"] = abs(value["amount"])
     return record
