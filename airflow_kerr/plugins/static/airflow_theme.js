@@ -22,6 +22,7 @@
     "--hover": "--chakra-colors-bg-muted",
     "--accent": "--chakra-colors-brand-solid",
     "--on-accent": "--chakra-colors-brand-contrast",
+    "--link": "--chakra-colors-fg-info",
     "--bar": "--chakra-colors-failed-solid",
     "--error": "--chakra-colors-fg-error",
     "--font": "--chakra-fonts-body",
