@@ -89,7 +89,10 @@ def _same_colour(ours: list[int], airflows: list[int]) -> bool:
 def _choose_appearance(page: Any, mode: str) -> None:
     """Pick ``mode`` ("Dark Mode", "Light Mode") in Airflow's user menu as a person does; wait till Airflow shows it."""
     page.get_by_role("button", name="User").click()
-    page.get_by_role("menuitem", name="Appearance").click()
+    # The submenu opens on hover, after a delay, and a click on its item toggles it: a click could close what the
+    # hover just opened. Hover, then ArrowRight, opens it either way (on an open submenu it only moves the focus in).
+    page.get_by_role("menuitem", name="Appearance").hover()
+    page.keyboard.press("ArrowRight")
     page.get_by_role("menuitemradio", name=mode).click()
     wanted = "dark" if mode == "Dark Mode" else "light"
     page.wait_for_function(f"document.documentElement.classList.contains({wanted!r})", timeout=WAIT_MS)
@@ -237,7 +240,7 @@ def test_the_replay_summary_tab_takes_the_stored_dark_mode(
         page.set_viewport_size({"width": WIDE, "height": 900})
         page.emulate_media(color_scheme="light")
         sign_in(page, "/")
-        page.wait_for_function("document.documentElement.classList.length > 0", timeout=WAIT_MS)
+        page.get_by_role("button", name="Browse").wait_for(timeout=WAIT_MS)  # signed in: Airflow's menu shows
         # What Airflow's Appearance menu stores (next-themes' key), as left by an earlier visit.
         page.evaluate("localStorage.setItem('theme', 'dark')")
         page.goto(f"{local_ui.url}/dags/dlq_replay/runs/{run['dag_run_id']}/plugin/kerr-replay-summary")
