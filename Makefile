@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # The browser test drives Debian's chromium, never a browser Playwright downloads.
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test unit lint docs matrix check-java check-chromium connect-runtime install clean ui
+.PHONY: demo test unit lint docs matrix check-java check-protoc check-chromium connect-runtime install clean ui
 
 $(PY):
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required, found " + sys.version.split()[0])'
@@ -26,9 +26,22 @@ check-java:
 
 # Kafka Connect 4.3.0 (the default) and 3.9.0 (KERR_CONNECT_VERSION=3.9.0), each cached in its own folder
 # under .kerr/connect-runtime/: 4.3's jars and Jetty 12 through pip, 3.9's through pip with Debian's Jetty 9
-# (apt-get when root). Both, because make test runs tests/connect/ on each.
-connect-runtime: install check-java
+# (apt-get when root). Both, because make test runs tests/connect/ on each. 4.3's Protobuf converter plugin gets
+# its com.google.type classes compiled from googleapis-common-protos' .proto files, with protoc and javac.
+connect-runtime: install check-java check-protoc
 	$(PY) -m airflow_kerr.local.connect_runtime all
+
+# Debian's protobuf-compiler (protoc 3.21, whose Java code the plugin's protobuf-java 3.25 runs) and a JDK's javac.
+PROTOC_PACKAGES = $(strip $(if $(shell command -v protoc),,protobuf-compiler) $(if $(shell command -v javac),,openjdk-17-jdk-headless))
+check-protoc:
+	@test -z "$(PROTOC_PACKAGES)" || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing what compiles the Protobuf converter's google.type classes: apt-get install $(PROTOC_PACKAGES)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(PROTOC_PACKAGES) >/dev/null; \
+	  else \
+	    echo "Kafka Connect 4.3's Protobuf converter needs classes compiled with protoc and javac, and $(PROTOC_PACKAGES) is missing. Install it (Debian/Ubuntu: sudo apt-get install $(PROTOC_PACKAGES)) and run make again." >&2; exit 1; \
+	  fi; }
+	@command -v protoc >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 || { echo "apt-get install $(PROTOC_PACKAGES) did not provide protoc and javac on PATH" >&2; exit 1; }
 
 check-chromium:
 	@test -x $(CHROMIUM) || { \

