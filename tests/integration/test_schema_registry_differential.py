@@ -1,16 +1,18 @@
-"""Differential: one Avro topic read by real Kafka Connect's ``AvroConverter`` and by the error-aware job.
+"""Differential: one topic read by real Kafka Connect's converter and by the error-aware job, Avro then Protobuf.
 
 Real parts only: the session's noida-db broker, the development Schema Registry, the stack's
-Kafka Connect 4.3 worker with Confluent's converter 7.0.16 from its plugin path, and local Spark.
+Kafka Connect 4.3 worker with Confluent's converters 7.0.16 from its plugin path, and local Spark.
 
-A FileStreamSink with ``io.confluent.connect.avro.AvroConverter``, ``errors.tolerance=all`` and a
-DLQ with context headers reads ten good orders, a JSON value, an unknown schema id, a truncated
-body and a tombstone; the job reads the same topic with the ``avro`` converter into an Avro sink.
-The same records fail at the same stage; their DLQ records agree header by header (topic,
-partition, offset, connector, task, stage, executing class and message exactly; the exception
-class through the mapping table of ``docs/guides/schema-registry.md``; the causes in the stack
-trace, Java's ``Caused by:`` against Python's chain); the good records' values are equal. Then a
-second Connect sink reads the job's Avro output: wire compatibility both ways.
+A FileStreamSink with ``AvroConverter`` (then ``ProtobufConverter``), ``errors.tolerance=all``
+and a DLQ with context headers reads ten good orders, a JSON value, an unknown schema id, a
+truncated body and a tombstone; the job reads the same topic with the ``avro`` (``protobuf``)
+converter into a sink of that format. The same records fail at the same stage; their DLQ records
+agree header by header (topic, partition, offset, connector, task, stage, executing class and
+message exactly; the exception class through the mapping table of
+``docs/guides/schema-registry.md``; the causes in the stack trace, Java's ``Caused by:`` against
+Python's chain, where the decoders' own exceptions may differ in text); the good records' values
+are equal. Then a second Connect sink reads the job's output: wire compatibility both ways. The
+Protobuf schema is registered as confluent-kafka's serializer registers it (a base64 descriptor).
 
 Upstream behaviour checked (confluentinc/schema-registry v7.0.16, the converter the worker runs):
 ``avro-converter/src/main/java/io/confluent/connect/avro/AvroConverter.java`` (``toConnectData``
@@ -18,7 +20,11 @@ wraps a ``SerializationException`` in ``DataException("Failed to deserialize dat
 Avro: ", e)``), ``avro-serializer/src/main/java/io/confluent/kafka/serializers/AbstractKafkaAvroDeserializer.java``
 ("Error retrieving Avro value schema for id ", "Error deserializing Avro message for id "),
 ``schema-serializer/src/main/java/io/confluent/kafka/serializers/AbstractKafkaSchemaSerDe.java``
-("Unknown magic byte!"); and apache/kafka 4.3
+("Unknown magic byte!"),
+``protobuf-converter/src/main/java/io/confluent/connect/protobuf/ProtobufConverter.java`` and
+``protobuf-serializer/src/main/java/io/confluent/kafka/serializers/protobuf/AbstractKafkaProtobufDeserializer.java``
+(the header is read inside the ``try``: an unframed value is "Error deserializing Protobuf message
+for id -1", caused by "Unknown magic byte!"); and apache/kafka 4.3
 ``connect/runtime/src/main/java/org/apache/kafka/connect/runtime/errors/DeadLetterQueueReporter.java``
 (``populateContextHeaders``: the message header is the exception's ``getMessage()``, the cause is
 only in the stack trace header).
@@ -45,14 +51,17 @@ from tests.registry_orders import (
     ERRORS,
     GOOD,
     ORDER,
+    PROTO_ORDER,
     ConverterFailure,
     by_id,
     dead_letters,
     exception_chain,
     expected_avro_failures,
+    expected_protobuf_failures,
     good_order,
     pipeline_spec,
     produce_avro_orders,
+    produce_protobuf_orders,
     wait_until,
 )
 
@@ -86,6 +95,13 @@ class Format:
 
 
 AVRO = Format("avro", "io.confluent.connect.avro.AvroConverter", ORDER, produce_avro_orders, expected_avro_failures)
+PROTOBUF = Format(
+    "protobuf",
+    "io.confluent.connect.protobuf.ProtobufConverter",
+    PROTO_ORDER,
+    produce_protobuf_orders,
+    expected_protobuf_failures,
+)
 
 
 def documented_exception_classes() -> dict[str, str]:
@@ -145,7 +161,7 @@ def run_sink_until_read(
     return output.read_text().splitlines()
 
 
-@pytest.mark.parametrize("fmt", [AVRO], ids=lambda fmt: fmt.kind)
+@pytest.mark.parametrize("fmt", [AVRO, PROTOBUF], ids=lambda fmt: fmt.kind)
 def test_connect_and_the_job_fail_the_same_records_alike_and_read_each_others_output(
     spark: Any,
     connect_worker: ConnectWorker,
