@@ -1,15 +1,21 @@
 """A key or value converter for a registry format: framed bytes in, a Python value out, failures as Connect's.
 
-Each failure raises what Connect's converter raises, worded as it words it, followed by
-the serde's text (confluentinc/schema-registry 7.9, ``AvroConverter.toConnectData``,
-``ProtobufConverter.toConnectData``, ``JsonSchemaConverter.toConnectData``, over
-``AbstractKafkaSchemaSerDe``, ``AbstractKafkaAvroDeserializer``,
-``AbstractKafkaProtobufDeserializer`` and ``AbstractKafkaJsonSchemaDeserializer``):
+Each failure raises what Connect's converter raises, with its text, and chains the serde's
+exception under it, as Java does (confluentinc/schema-registry 7.0.16, the converters the
+stack's Connect worker runs: ``AvroConverter.toConnectData``, ``ProtobufConverter.toConnectData``,
+``JsonSchemaConverter.toConnectData``, over ``AbstractKafkaSchemaSerDe``,
+``AbstractKafkaAvroDeserializer``, ``AbstractKafkaProtobufDeserializer`` and
+``AbstractKafkaJsonSchemaDeserializer``). Connect's DLQ ``exception.message`` header is the
+outer exception's ``getMessage()`` only, so the job's is too; the cause is in the stack trace:
 
-- not framed: ``Failed to deserialize data for topic orders to Avro: Unknown magic byte!``;
-- an id the registry does not know: ``... to Avro: Error retrieving Avro value schema for id 42:
-  Schema 42 not found; error code: 40403``;
-- a body that does not decode: ``... to Avro: Error deserializing Avro message for id 1: EOFException: ...``;
+- not framed: ``Failed to deserialize data for topic orders to Avro: `` (Connect's text ends in a
+  space), caused by ``Unknown magic byte!`` (Protobuf and JSON Schema: caused by ``Error
+  deserializing Protobuf message for id -1``, caused by it: their deserializers read the header
+  inside the ``try`` that wraps every failure);
+- an id the registry does not know: the same, caused by ``Error retrieving Avro value schema for
+  id 42``, caused by ``Schema 42 not found; error code: 40403``;
+- a body that does not decode: the same, caused by ``Error deserializing Avro message for id 1``,
+  caused by what the decoder found (``EOFException: ...``);
 - a registry out of reach, timing out or answering 408/429/5xx: the same texts, raised as
   :class:`ConverterRetriableError`, so the job retries it within ``errors.retry.timeout``.
 
@@ -18,7 +24,7 @@ A null (a tombstone) converts to None, as Connect's converters return ``SchemaAn
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from airflow_kerr.formats.avro_codec import AvroCodec
 from airflow_kerr.formats.exceptions import (
@@ -33,21 +39,15 @@ from airflow_kerr.formats.wire_format import HEADER_SIZE, WireFormat
 if TYPE_CHECKING:  # jsonschema and protobuf load only where their format is used (see _codec / _compile)
     pass
 
-#: Connect's converter text before the cause, for a data error (DataException) and an outage (RetriableException).
+#: The message of the DataException (and of the RetriableException) Connect's converter raises, exactly: in
+#: 7.0.16 both end in a space, and the cause's text is not part of it.
 OUTER_TEXTS: Final = {
-    "avro": (
-        "Failed to deserialize data for topic {topic} to Avro:",
-        "Failed to deserialize data for topic {topic} to Avro: ",
-    ),
-    "protobuf": (
-        "Failed to deserialize data for topic {topic} to Protobuf:",
-        "Failed to deserialize data for topic {topic} to Protobuf: ",
-    ),
-    "json_schema": (
-        "Converting byte[] to Kafka Connect data failed due to serialization error of topic {topic}: ",
-        "Converting byte[] to Kafka Connect data failed due to serialization error of topic {topic}: ",
-    ),
+    "avro": "Failed to deserialize data for topic {topic} to Avro: ",
+    "protobuf": "Failed to deserialize data for topic {topic} to Protobuf: ",
+    "json_schema": "Converting byte[] to Kafka Connect data failed due to serialization error of topic {topic}: ",
 }
+E = TypeVar("E", bound=BaseException)
+
 #: The serde's own names: "Error retrieving Avro value schema for id 42", "Error deserializing JSON message for id 42".
 SERDE_NAMES: Final = {"avro": "Avro", "protobuf": "Protobuf", "json_schema": "JSON"}
 
@@ -76,8 +76,10 @@ class RegistryDeserializer:
             return None
         try:
             schema_id = WireFormat.schema_id(value)
-        except SerializationError as error:
-            raise self._data_error(str(error), None)  # noqa: B904 - its cause is set: Connect's chain
+        except SerializationError as error:  # AbstractKafkaSchemaSerDe's "Unknown magic byte!"
+            if self.fmt != "avro":  # read inside the Protobuf and JSON Schema deserializers' try, id still -1
+                error = _caused(SerializationError(f"Error deserializing {self._name} message for id -1"), error)
+            raise ConverterDataError(self.outer_text()) from error
         codec = self._local.get(schema_id)
         if codec is None:
             codec = self._codec(schema_id)
@@ -89,7 +91,8 @@ class RegistryDeserializer:
                 return codec.decode(value[position:], indexes)
             return codec.decode(value[HEADER_SIZE:], self.validate_json)
         except SerializationError as error:
-            raise self._data_error(f"Error deserializing {self._name} message for id {schema_id}", error)  # noqa: B904
+            inner = _caused(SerializationError(f"Error deserializing {self._name} message for id {schema_id}"), error)
+            raise ConverterDataError(self.outer_text()) from inner
 
     def _codec(self, schema_id: int) -> Any:
         what = f"Error retrieving {self._name} {'key' if self.is_key else 'value'} schema for id {schema_id}"
@@ -98,12 +101,10 @@ class RegistryDeserializer:
         try:
             codec = self.client.codecs.get_or_load((self.fmt, schema_id), lambda: self._compile(schema_id))
         except RegistryUnavailable as error:
-            inner = SerializationError(f"{what}: {error}")
-            inner.__cause__ = error
-            outer = OUTER_TEXTS[self.fmt][1].format(topic=self.topic)
-            raise ConverterRetriableError(f"{outer.rstrip()} {inner}") from inner
+            # Java: RetriableException <- TimeoutException(what) <- RestClientException or the socket's exception.
+            raise ConverterRetriableError(self.outer_text()) from _caused(RegistryUnavailable(what), error)
         except Exception as error:
-            raise self._data_error(what, error)  # noqa: B904 - its cause is set
+            raise ConverterDataError(self.outer_text()) from _caused(SerializationError(what), error)
         if len(self._local) >= self.client.codecs.capacity:
             self._local.clear()
         self._local[schema_id] = codec
@@ -132,11 +133,12 @@ class RegistryDeserializer:
             found.append(file_descriptor(version["schema"]))
         return found
 
-    def _data_error(self, what: str, cause: BaseException | None) -> ConverterDataError:
-        """Connect's DataException text, then the serde's, then its cause's; the chain kept for the stack trace."""
-        inner = SerializationError(what if cause is None else f"{what}: {cause}")
-        inner.__cause__ = cause
-        outer = OUTER_TEXTS[self.fmt][0].format(topic=self.topic)
-        error = ConverterDataError(f"{outer.rstrip()} {inner}")
-        error.__cause__ = inner
-        return error
+    def outer_text(self) -> str:
+        """The converter's exception message for this task's topic: Connect's text alone, the cause chained under it."""
+        return OUTER_TEXTS[self.fmt].format(topic=self.topic)
+
+
+def _caused(error: E, cause: BaseException) -> E:
+    """``error`` with ``cause`` chained under it, as a Java exception built with a cause."""
+    error.__cause__ = cause
+    return error

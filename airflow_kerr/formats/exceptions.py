@@ -8,8 +8,9 @@
 | :class:`ConverterDataError`     | ``org.apache.kafka.connect.errors.DataException``                     |
 | :class:`ConverterRetriableError`| ``org.apache.kafka.connect.errors.RetriableException``                |
 
-A converter raises one of the last two; its message is the text Connect's converter writes
-followed by its cause's text, so a DLQ record's ``exception.message`` header says both.
+A converter raises one of the last two with the text Connect's converter writes, and nothing
+more, as Connect's DLQ ``exception.message`` header holds only that; the serde's exception is
+chained under it (``__cause__``), so the ``exception.stacktrace`` header names the cause, as Java's does.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ JSON Schema by ``jsonschema``'s meta-schema check, Protobuf by a syntax check (b
 braces, declarations, every import named by a reference), not a full compile. A Protobuf
 schema sent as a base64 ``FileDescriptorProto`` (confluent-kafka's serializer does) is
 decoded and kept as sent; every schema is served as it was registered, so
-``format=serialized`` returns base64 only for a schema registered that way.
+``format=serialized`` returns base64 only for a schema registered that way. A ``.proto`` text and
+the base64 descriptor of the same declarations are one schema (one id; a lookup finds either).
 Compatibility levels are stored and reported; BACKWARD, FORWARD, FULL and their
 ``_TRANSITIVE`` forms are enforced for Avro (Avro's schema-resolution rules); for JSON
 Schema and Protobuf they are stored only, as with NONE.
@@ -447,12 +448,72 @@ def canonical(schema_type: str, text: str) -> str:
 
     Avro and JSON Schema: the JSON with its object keys sorted (Avro's ``Schema.toString()``,
     which Java clients send, orders attributes its own way). Protobuf: the tokens without
-    comments and layout, since Confluent's clients send the schema as their parser re-prints it.
+    comments and layout, since Confluent's clients send the schema as their parser re-prints it;
+    a base64 ``FileDescriptorProto`` is first written out as the ``.proto`` text it describes,
+    which is what Java's client sends back for it (Wire's re-print of the descriptor).
     """
     if schema_type == "PROTOBUF":
+        descriptor = serialized_descriptor(text)
+        if descriptor is not None:
+            text = proto_text(descriptor)
         stripped = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
         return " ".join(_PROTO_TOKEN.findall(stripped))
     return json.dumps(json.loads(text), separators=(",", ":"), sort_keys=True)
+
+
+#: ``FieldDescriptorProto.Type`` numbers to their ``.proto`` names (11 and 14, message and enum, use the type name).
+_PROTO_SCALARS = {
+    1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "fixed64", 7: "fixed32", 8: "bool",
+    9: "string", 12: "bytes", 13: "uint32", 15: "sfixed32", 16: "sfixed64", 17: "sint32", 18: "sint64",
+}  # fmt: skip
+
+
+def proto_text(descriptor: Any) -> str:
+    """The ``.proto`` declarations a ``FileDescriptorProto`` holds: syntax, package, imports, messages, enums.
+
+    Enough for :func:`canonical` to match the text a Java client re-prints from the same
+    descriptor, in Wire's order (seen for scalar fields from Confluent's 7.0.16 converter;
+    nested types, maps and enums follow Wire's printer). Options, services and extensions are
+    not written: a schema that uses them may be found only in the form it was registered in.
+    """
+    syntax = descriptor.syntax or "proto2"
+    lines = [f'syntax = "{syntax}";']
+    if descriptor.package:
+        lines.append(f"package {descriptor.package};")
+    lines += [f'import "{name}";' for name in descriptor.dependency]
+    lines += [_proto_message(message, syntax) for message in descriptor.message_type]
+    lines += [_proto_enum(enum) for enum in descriptor.enum_type]
+    return "\n".join(lines)
+
+
+def _proto_message(message: Any, syntax: str) -> str:
+    # Wire's order: the fields, then the nested messages (map entries are written as map fields), then enums.
+    maps = {nested.name: nested for nested in message.nested_type if nested.options.map_entry}
+    body = []
+    for item in message.field:
+        entry = maps.get(item.type_name.rpartition(".")[2]) if item.type == 11 else None
+        if entry is not None:  # map<K, V>: a repeated field of a nested map-entry type
+            key, value = (_proto_type(part) for part in entry.field)
+            body.append(f"map<{key}, {value}> {item.name} = {item.number};")
+            continue
+        label = {3: "repeated ", 2: "required "}.get(item.label, "")
+        if item.label == 1 and (syntax == "proto2" or item.proto3_optional):
+            label = "optional "
+        body.append(f"{label}{_proto_type(item)} {item.name} = {item.number};")
+    body += [_proto_message(nested, syntax) for nested in message.nested_type if nested.name not in maps]
+    body += [_proto_enum(enum) for enum in message.enum_type]
+    return f"message {message.name} {{ {' '.join(body)} }}"
+
+
+def _proto_type(item: Any) -> str:
+    if item.type in (11, 14):  # a message or an enum: its name, without the leading dot of a full name
+        return str(item.type_name).lstrip(".")
+    return _PROTO_SCALARS.get(item.type, str(item.type))
+
+
+def _proto_enum(enum: Any) -> str:
+    values = " ".join(f"{value.name} = {value.number};" for value in enum.value)
+    return f"enum {enum.name} {{ {values} }}"
 
 
 # --- The store ---------------------------------------------------------------------------------------
@@ -610,10 +671,17 @@ class Registry:
                 return candidate
         raise version_not_found(number)
 
-    def by_id(self, schema_id: int, subject: str | None = None) -> Version:
+    def by_id(self, schema_id: int, subject: str | None = None, serialized: bool = False) -> Version:
+        """The version of ``subject`` with this id, else the first; ``serialized``: one registered as a descriptor.
+
+        A Protobuf schema registered as ``.proto`` text and as a base64 descriptor has one id
+        (see :func:`canonical`); a client asking ``format=serialized`` gets the descriptor form.
+        """
         matches = [v for vs in self.state.versions.values() for v in vs.values() if v.schema_id == schema_id]
         if not matches:
             raise schema_not_found(schema_id)
+        if serialized:
+            matches = [v for v in matches if serialized_descriptor(v.schema) is not None] or matches
         return next((v for v in matches if v.subject == subject), matches[0])
 
     def uses(self, schema_id: int, deleted: bool = False) -> list[Version]:
@@ -845,7 +913,8 @@ def _schemas(registry: Registry, method: str, parts: list[str], query: Query, bo
         schema_id = int(parts[1])
     except ValueError:
         raise schema_not_found() from None
-    found = registry.by_id(schema_id, query.get("subject", [None])[-1])
+    serialized = query.get("format", [""])[-1] == "serialized"
+    found = registry.by_id(schema_id, query.get("subject", [None])[-1], serialized)
     what = parts[2] if len(parts) == 3 else ""
     if what == "":
         answer = found.to_answer()

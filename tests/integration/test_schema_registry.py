@@ -166,6 +166,37 @@ def test_protobuf_and_json_schemas_register_with_references(registry: httpx.Clie
     assert error(registry.post(f"/subjects/{unique_topic}-json/versions", json=bad))[:2] == (422, 42201)
 
 
+def test_a_protobuf_descriptor_and_its_proto_text_are_one_schema(registry: httpx.Client, unique_topic: str) -> None:
+    """confluent-kafka registers a base64 ``FileDescriptorProto``; Java's client looks it up as ``.proto`` text.
+
+    Confluent's ProtobufConverter 7.0.16, after reading a record, asks ``POST /subjects/{s}``
+    with the schema as Wire re-prints the descriptor; ``wire_text`` is that form for this
+    schema (the differential test against the stack's Connect worker reads through it). It must
+    find the registered version, and registering it must give the same id.
+    """
+    from tests.registry_orders import PROTO_ORDER
+
+    wire_text = (
+        '// Proto schema formatted by Wire, do not edit.\n// Source: shop/order.proto\n\nsyntax = "proto3";\n'
+        "package shop;\n\nmessage Order {\n  int64 id = 1;\n  double amount = 2;\n}\n"
+    )
+    subject = f"{unique_topic}-value"
+    schema_id = registry.post(
+        f"/subjects/{subject}/versions", json={"schemaType": "PROTOBUF", "schema": PROTO_ORDER}
+    ).json()["id"]
+
+    found = registry.post(f"/subjects/{subject}?deleted=true", json={"schemaType": "PROTOBUF", "schema": wire_text})
+    assert found.status_code == 200, found.text
+    assert (found.json()["id"], found.json()["version"]) == (schema_id, 1)
+    again = registry.post(
+        f"/subjects/{unique_topic}-other/versions", json={"schemaType": "PROTOBUF", "schema": wire_text}
+    )
+    assert again.json()["id"] == schema_id
+    other = f"/schemas/ids/{schema_id}?subject={unique_topic}-other"
+    assert registry.get(other).json()["schema"] == wire_text, "served as registered"
+    assert registry.get(f"{other}&format=serialized").json()["schema"] == PROTO_ORDER, "the descriptor when asked"
+
+
 def test_deletes_are_soft_first_then_permanent(registry: httpx.Client, subject: str) -> None:
     schema_id = registry.post(f"/subjects/{subject}/versions", json=avro(ORDER_V1)).json()["id"]
     registry.post(f"/subjects/{subject}/versions", json=avro(ORDER_V2))
