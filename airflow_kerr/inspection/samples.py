@@ -10,7 +10,7 @@ selection takes.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +124,30 @@ class SampledDeadLetter:
         }
 
 
+#: The replay's key and value format when the samples do not settle one: the fix gets the bytes.
+BYTES = "bytes"
+
+
+def replay_format(parts: Iterable[Payload]) -> str:
+    """The replay form's format for one part (key or value) of a selection, judged from its sampled records.
+
+    A registry format only when every non-null part was decoded with a schema of that one
+    format (and at least one was): a null part says nothing, since the replay passes it as
+    it is. Anything else (a plain value, a schema that could not be fetched or did not
+    decode, two formats, no sample) is ``bytes``: a fix would otherwise park every record
+    of another kind as undecodable.
+    """
+    formats = {
+        None if part.schema is None or part.error is not None else part.schema.format
+        for part in parts
+        if part.text is not None or part.base64 is not None
+    }
+    if len(formats) == 1:
+        (only,) = formats
+        return only or BYTES
+    return BYTES
+
+
 @dataclass(frozen=True)
 class DeadLetterSample:
     """The newest matching dead letters, newest first; ``complete`` when every record of the topic was examined."""
@@ -132,8 +156,20 @@ class DeadLetterSample:
     scanned: int
     complete: bool
 
+    def replay_formats(self) -> dict[str, str]:
+        """The replay form's ``key_format`` and ``value_format`` for this selection (:func:`replay_format`)."""
+        return {
+            "key_format": replay_format(record.key for record in self.records),
+            "value_format": replay_format(record.value for record in self.records),
+        }
+
     def to_dict(self) -> dict[str, Any]:
-        return {"records": [r.to_dict() for r in self.records], "scanned": self.scanned, "complete": self.complete}
+        return {
+            "records": [r.to_dict() for r in self.records],
+            "scanned": self.scanned,
+            "complete": self.complete,
+            "replay_formats": self.replay_formats(),
+        }
 
 
 @dataclass

@@ -24,7 +24,7 @@ from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.operators.settings_check import fail_on_invalid_settings
 from airflow_kerr.operators.templating import is_templated
 from airflow_kerr.replay.engine import DlqReplay
-from airflow_kerr.replay.form import CONNECTION, REGISTRY_CONNECTION, REPLAY_FORM, REPLAY_SETTINGS
+from airflow_kerr.replay.form import REPLAY_SETTINGS, TRIGGER_FORM
 from airflow_kerr.replay.options import DEFAULT_BATCH_SIZE, InvalidReplayOptions, ReplayOptions
 from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, Action
 from airflow_kerr.replay.summary import DONE, ReplaySummary
@@ -41,7 +41,7 @@ def verb(action: Action, dry_run: bool) -> str:
 
 
 def replay_form_params() -> dict[str, Param]:
-    """The trigger form of a replay DAG: the Kafka connection, then one Param per replay setting."""
+    """The trigger form of a replay DAG: the two connections, then one Param per replay setting."""
     return {
         form_field.name: Param(
             form_field.default,
@@ -50,16 +50,13 @@ def replay_form_params() -> dict[str, Param]:
             section=form_field.section,
             **form_field.schema,
         )
-        for form_field in (CONNECTION, REGISTRY_CONNECTION, *REPLAY_FORM)
+        for form_field in TRIGGER_FORM
     }
 
 
 def arguments_from_the_form() -> dict[str, str]:
     """The operator's arguments, each rendered from the form field of the same name (``{{ params.<name> }}``)."""
-    return {
-        form_field.name: f"{{{{ params.{form_field.name} }}}}"
-        for form_field in (CONNECTION, REGISTRY_CONNECTION, *REPLAY_FORM)
-    }
+    return {form_field.name: f"{{{{ params.{form_field.name} }}}}" for form_field in TRIGGER_FORM}
 
 
 class DeadLetterQueueReplayOperator(BaseOperator):

@@ -67,7 +67,7 @@ from airflow_kerr.inspection.selection import InvalidSelection, Selection
 from airflow_kerr.inspection.summary import summarize
 from airflow_kerr.kafka.offsets import OffsetLookupError
 from airflow_kerr.plugins.run_dead_letters import TaskDeadLetters, dead_letters_of_run, offsets_on, task_of_job_run
-from airflow_kerr.replay.form import CONNECTION, REPLAY_FORM
+from airflow_kerr.replay.form import TRIGGER_FORM
 
 URL_PREFIX = "/kerr"
 STATIC = Path(__file__).resolve().parent / "static"
@@ -404,7 +404,7 @@ async def settings(user: GetUserDep) -> dict[str, Any]:
                 "description": field.description,
                 "section": field.section,
             }
-            for field in (CONNECTION, *REPLAY_FORM)
+            for field in TRIGGER_FORM
         ],
     }
 

@@ -284,5 +284,9 @@ REPLAY_FORM: tuple[FormField, ...] = (
     ),
 )
 
+#: The whole trigger form, in order: the task's two connections, then every replay setting. The DAG's Params and
+#: the DLQ view's replay dialog are both built from it, so the view offers every field the DAG takes.
+TRIGGER_FORM: tuple[FormField, ...] = (CONNECTION, REGISTRY_CONNECTION, *REPLAY_FORM)
+
 #: The replay settings' names, in the form's order: ``ReplayOptions.build``'s keyword arguments.
 REPLAY_SETTINGS: tuple[str, ...] = tuple(form_field.name for form_field in REPLAY_FORM)

@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 
 from airflow_kerr.errors import MASK
 from airflow_kerr.local.broker import free_port
+from tests.clock import RECENT_MS
 from tests.registry_dead_letters import (
     AVRO_ORDER,
     JSON_SHIPMENT,
@@ -184,3 +185,45 @@ def test_a_registry_connection_the_view_cannot_use_is_a_4xx_naming_it(
     answer = client.get(f"/api/topics/{written.dlq}/samples", params={"schema_registry_conn_id": conn_id})
     assert answer.status_code == status, answer.text
     assert says in answer.json()["detail"]
+
+
+def replay_formats(client: TestClient, written: RegistryDlq, **params: Any) -> dict[str, str]:
+    """What the samples route says "Replay this selection…" prefills as the key and value format."""
+    answer = client.get(f"/api/topics/{written.dlq}/samples", params={"limit": 20, **params})
+    assert answer.status_code == 200, answer.text
+    formats: dict[str, str] = answer.json()["replay_formats"]
+    return formats
+
+
+def test_the_replay_handoff_carries_the_registry_connection_and_the_selections_one_format(
+    client: TestClient, written: RegistryDlq
+) -> None:
+    """ "Replay this selection…" fills the replay form from what the page used: its dialog is built from the settings
+    route's field list, which now has the Schema Registry connection (the page fills it with its own), and from the
+    samples route's ``replay_formats``, a registry format only where every sampled record of the selection was
+    decoded with that one format."""
+    from airflow_kerr.operators.dlq_replay import replay_form_params
+
+    settings = client.get("/api/settings").json()
+    fields = {field["name"]: field for field in settings["replay_form"]}
+    assert list(fields) == list(replay_form_params())  # the dialog offers every field the DAG takes
+    assert fields["schema_registry_conn_id"]["schema"]["type"] == ["null", "string"]
+    assert settings["schema_registry_conn_id"] == "schema_registry_default"
+
+    only_first = {"start": str(RECENT_MS), "end": str(RECENT_MS + 1)}  # the Avro order: Avro key and value
+    assert replay_formats(client, written, **only_first) == {"key_format": "avro", "value_format": "avro"}
+    refunds = replay_formats(client, written, source_topic=written.refunds)
+    assert refunds == {"key_format": "bytes", "value_format": "protobuf"}  # text keys, Protobuf values
+    shipments = replay_formats(client, written, source_topic=written.shipments)
+    assert shipments == {"key_format": "bytes", "value_format": "json_schema"}
+    # The orders' topic also holds a missing schema, a body that does not decode and plain JSON: no one format.
+    assert replay_formats(client, written, source_topic=written.source) == {
+        "key_format": "bytes",
+        "value_format": "bytes",
+    }
+    assert replay_formats(client, written) == {"key_format": "bytes", "value_format": "bytes"}
+    # Undecoded (the registry did not answer), a framed value's format is unknown: bytes, not a guess.
+    down = replay_formats(client, written, source_topic=written.refunds, schema_registry_conn_id="registry_down")
+    assert down == {"key_format": "bytes", "value_format": "bytes"}
+    for name, value in {**refunds, **shipments}.items():
+        assert value in fields[name]["schema"]["enum"], (name, value)

@@ -17,7 +17,9 @@ const DIALECTS = {
 };
 const $ = (selector) => document.querySelector(selector);
 
-const state = { settings: null, topic: null, generation: 0, known: {}, counts: {}, timeline: {}, chunk: null, run: null };
+const state = {
+  settings: null, topic: null, generation: 0, known: {}, counts: {}, timeline: {}, chunk: null, run: null, formats: null,
+};
 // A run's tab (Airflow's Dead letters tab of a task instance or DAG run): the page names the run in every request,
 // and the server narrows counts and samples to exactly the DLQ offsets that run wrote.
 const RUN_KEYS = ["dag_id", "run_id", "task_id", "map_index"];
@@ -132,6 +134,7 @@ function refresh() {
   state.timeline = {};
   state.matched = 0;
   state.chunk = null;
+  state.formats = null;
   renderCounts();
   countAll(generation, selection());
   loadSamples(generation, selection());
@@ -280,6 +283,8 @@ async function loadSamples(generation, chosen) {
       schema_registry_conn_id: $("#registry").value,
     });
     if (generation !== state.generation) return;
+    // The replay's key/value format for this selection, as the server judged it from these samples.
+    state.formats = { ...sample.replay_formats, of: sample.records.length };
     $("#samples-note").textContent = sample.complete
       ? `(${sample.records.length} shown)`
       : `(${sample.records.length} shown, from the newest ${number(sample.scanned)} records examined)`;
@@ -384,6 +389,10 @@ function openReplay() {
     start_time: chosen.start ? new Date(Number(chosen.start)).toISOString() : null,
     end_time: chosen.end ? new Date(Number(chosen.end)).toISOString() : null,
     dry_run: true,
+    // The registry this page decodes through, and the formats its samples were decoded in (bytes unless one).
+    schema_registry_conn_id: $("#registry").value.trim() || state.settings.schema_registry_conn_id || null,
+    key_format: state.formats ? state.formats.key_format : "bytes",
+    value_format: state.formats ? state.formats.value_format : "bytes",
   };
   const box = $("#replay-fields");
   box.replaceChildren();
@@ -391,6 +400,12 @@ function openReplay() {
   for (const field of state.settings.replay_form) {
     const value = field.name in prefill ? prefill[field.name] : field.default;
     box.append(fieldInput(field, value));
+  }
+  const decoded = ["value", "key"].filter((part) => prefill[`${part}_format`] !== "bytes");
+  if (decoded.length) {
+    const named = decoded.map((part) => `${part}s ${FORMATS[prefill[`${part}_format`]]}`).join(", ");
+    box.prepend(element("p", { class: "note", text: `Formats prefilled from the ${state.formats.of} samples shown ` +
+      `(${named}): a fix receives them decoded, and a selected record in another format is parked as undecodable.` }));
   }
   if (chosen.pipeline) {
     box.prepend(element("p", { class: "note", text: `The replay has no pipeline setting: records of every pipeline ` +
