@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from airflow_kerr.errors import mask_text
 from airflow_kerr.formats.exceptions import RegistryRequestError, RegistryUnavailable
-from airflow_kerr.formats.registry_settings import RegistrySettings
+from airflow_kerr.formats.registry_settings import RegistrySettings, split_user_info
 from airflow_kerr.formats.schema_cache import SchemaCache
 
 #: Answers worth retrying: Confluent's ``toKafkaException`` makes 408, 500, 503 and 504 a TimeoutException,
@@ -52,26 +52,32 @@ class RegistryClient:
         #: Compiled codecs by (format, schema id), shared by every converter and sink of the process.
         self.codecs: SchemaCache[Any] = SchemaCache(settings.cache_capacity)
         self._headers = {"Accept": CONTENT_TYPE, "Content-Type": CONTENT_TYPE}
-        #: Every URL the settings name (comma-separated); a request that finds one out of reach tries the next.
+        #: Every URL the settings name (comma-separated), without credentials; a request that finds one out of reach
+        #: tries the next.
         self.base_urls = [self._base_url(url.strip().rstrip("/")) for url in settings.url.split(",") if url.strip()]
         self._context = (
             self._ssl_context(settings.client) if any(u.startswith("https://") for u in self.base_urls) else None
         )
 
     def _base_url(self, url: str) -> str:
-        """The URL without credentials (a ``URL`` credentials source turns them into the Authorization header)."""
+        """The URL without credentials; credentials become the Authorization header, as in Confluent's client.
+
+        ``user:password@`` in a URL is basic auth (confluent-kafka's ``SchemaRegistryClient``
+        reads it from the URL the same way), never part of the host: the request goes to the
+        host, and every message names the URL without it. ``basic.auth.user.info`` is used
+        instead when ``basic.auth.credentials.source`` is ``USER_INFO`` (the Java client's key,
+        whose ``URL`` picks the URL's); with neither key, having both is refused by
+        :meth:`RegistrySettings.problems`, as Confluent's client refuses it.
+        """
         client = self.settings.client
-        if client.get("basic.auth.credentials.source", "USER_INFO") == "URL":
-            parts = urllib.parse.urlsplit(url)
-            if parts.username is not None:
-                user_info = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-                self._headers["Authorization"] = "Basic " + base64.b64encode(user_info.encode()).decode()
-                host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-                url = urllib.parse.urlunsplit(parts._replace(netloc=host))
-        elif "basic.auth.user.info" in client:
-            encoded = base64.b64encode(str(client["basic.auth.user.info"]).encode()).decode()
-            self._headers["Authorization"] = f"Basic {encoded}"
-        return url
+        clean, from_url = split_user_info(url)
+        source = str(client.get("basic.auth.credentials.source", "")).upper()
+        user_info = client.get("basic.auth.user.info") if source != "URL" else None
+        if user_info is None and source != "USER_INFO":
+            user_info = from_url
+        if user_info is not None:
+            self._headers["Authorization"] = "Basic " + base64.b64encode(str(user_info).encode()).decode()
+        return clean
 
     @staticmethod
     def _ssl_context(client: Mapping[str, Any]) -> ssl.SSLContext:

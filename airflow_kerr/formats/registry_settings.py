@@ -7,6 +7,7 @@ options are named as Confluent's serializers name them (``auto.register.schemas`
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -45,6 +46,61 @@ STRATEGIES: Final = {
 SERDE_KEYS: Final = ("auto.register.schemas", "use.latest.version", "subject.name.strategy", "json.fail.invalid.schema")
 DEFAULT_TIMEOUT_S: Final = 10.0
 DEFAULT_CACHE_CAPACITY: Final = 1000
+
+
+def split_user_info(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``user:password@``, and those credentials as basic auth's ``user:password`` (decoded).
+
+    ``None`` when the URL carries none. Confluent's client reads credentials from the URL the
+    same way (``urlparse``, then ``unquote`` of the user name and password), so a registry URL
+    copied from a Confluent client configuration works here as it did there.
+    """
+    parts = urllib.parse.urlsplit(url.strip())
+    user_info, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url.strip(), None
+    user, _, password = user_info.partition(":")
+    clean = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    return clean, f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+
+
+def without_credentials(url: str) -> str:
+    """Each of the comma-separated URLs without its credentials: what a message, a log or a page may show."""
+    return ",".join(split_user_info(one)[0] for one in url.split(",") if one.strip())
+
+
+def url_credentials(url: str) -> list[str]:
+    """The distinct ``user:password`` the comma-separated URLs carry, in order (empty when none does)."""
+    found: list[str] = []
+    for one in url.split(","):
+        user_info = split_user_info(one)[1] if one.strip() else None
+        if user_info is not None and user_info not in found:
+            found.append(user_info)
+    return found
+
+
+def url_credential_problems(url: str, *, also: str | None) -> list[str]:
+    """Why the credentials in ``url`` cannot be used: two different ones, a user name with ``:``, or ``also``.
+
+    ``also`` names the other source of credentials when one is set (``basic.auth.user.info``,
+    or the connection's login/password). Confluent's client refuses credentials in the URL
+    together with ``basic.auth.user.info`` ("Remove userinfo credentials from the url or remove
+    basic.auth.user.info from the configuration"), rather than choosing one: so does this.
+    """
+    found = url_credentials(url)
+    shown = without_credentials(url)
+    problems: list[str] = []
+    if found and also:
+        problems.append(
+            f"the registry URL {shown!r} carries credentials (user:password@) and {also} is set too: keep one "
+            "(confluent-kafka's SchemaRegistryClient refuses both)"
+        )
+    if len(found) > 1:
+        problems.append(f"the registry URLs {shown!r} carry different credentials; a client sends one set to all")
+    users = (urllib.parse.urlsplit(one.strip()).username for one in url.split(",") if "@" in one)
+    if any(":" in urllib.parse.unquote(user or "") for user in users):
+        problems.append(f"the user name in the registry URL {shown!r} contains ':', which basic auth cannot carry")
+    return problems
 
 
 class InvalidRegistrySettings(ValueError):
@@ -107,14 +163,7 @@ class RegistrySettings:
                     problems.append(f"schema_registry[{key!r}]={shown}: expected a non-negative number")
             elif not isinstance(value, str) or not value:
                 problems.append(f"schema_registry[{key!r}]={shown}: expected a non-empty string")
-        url = settings.get("url")
-        if url is None:
-            problems.append("schema_registry['url']: required, the registry's http:// or https:// URL")
-        elif isinstance(url, str) and not all(u.strip().startswith(("http://", "https://")) for u in url.split(",")):
-            problems.append(
-                f"schema_registry['url']={mask_text(url)!r}: expected an http:// or https:// URL "
-                "(several: comma-separated)"
-            )
+        problems.extend(_url_problems(settings))
         return problems
 
     @property
@@ -128,3 +177,21 @@ class RegistrySettings:
     def cache_key(self) -> tuple[tuple[str, str], ...]:
         """What identifies a registry and its credentials within a process (one client each)."""
         return tuple(sorted((key, str(value)) for key, value in self.client.items()))
+
+
+def _url_problems(settings: Mapping[str, Any]) -> list[str]:
+    """What is wrong with ``url``: missing, not http(s), or credentials in it that cannot be used."""
+    url = settings.get("url")
+    if url is None:
+        return ["schema_registry['url']: required, the registry's http:// or https:// URL"]
+    if not isinstance(url, str):
+        return []  # said by the string check
+    if not all(u.strip().startswith(("http://", "https://")) for u in url.split(",")):
+        return [
+            f"schema_registry['url']={without_credentials(url)!r}: expected an http:// or https:// URL "
+            "(several: comma-separated)"
+        ]
+    # Confluent's rule, unless basic.auth.credentials.source (the Java client's key) says which one to use.
+    both = "basic.auth.user.info" in settings and "basic.auth.credentials.source" not in settings
+    also = "schema_registry['basic.auth.user.info']" if both else None
+    return [f"schema_registry['url']: {problem}" for problem in url_credential_problems(url, also=also)]

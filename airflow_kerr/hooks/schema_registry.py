@@ -2,7 +2,8 @@
 
 The connection holds the registry's URL in ``host`` (``https://registry.example.com``,
 or a host name with ``schema`` and ``port``; several URLs separated by commas), an
-optional basic-auth ``login``/``password``, and in its extra the TLS files and client
+optional basic-auth ``login``/``password`` (or ``user:password@`` in the URL, as
+Confluent's client takes it), and in its extra the TLS files and client
 settings that confluent-kafka's ``SchemaRegistryClient`` accepts under the same names.
 :func:`registry_client_config` turns those fields into that client's settings; it is
 free of Airflow so a driver can hand its result to executors as it hands the Kafka
@@ -18,6 +19,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_kerr.formats.registry_settings import url_credential_problems, url_credentials, without_credentials
 from airflow_kerr.get_provider_info import SCHEMA_REGISTRY_CONN_FIELDS, SCHEMA_REGISTRY_UI_FIELD_BEHAVIOUR
 from airflow_kerr.hooks.connection_form import form_widgets, ui_field_behaviour
 
@@ -44,7 +46,9 @@ def registry_url(host: str | None, port: int | None, scheme: str | None) -> str:
         urls = [url.strip().rstrip("/") for url in host.split(",") if url.strip()]
         for url in urls:
             if url.split("://", 1)[0].lower() not in SCHEMES:
-                raise SchemaRegistryConnectionError(f"host {url!r} is not an http or https URL; accepted: {SCHEMES}")
+                raise SchemaRegistryConnectionError(
+                    f"host {without_credentials(url)!r} is not an http or https URL; accepted: {SCHEMES}"
+                )
         return ",".join(urls)
     protocol = (scheme or "http").strip().lower()
     if protocol not in SCHEMES:
@@ -63,9 +67,20 @@ def registry_client_config(
     """``SchemaRegistryClient``'s settings for these connection fields; a bad field raises naming it.
 
     ``login``/``password`` become ``basic.auth.user.info`` (``login:password``); a password
-    without a login is refused, since the client would send no credentials at all.
+    without a login is refused, since the client would send no credentials at all. So do
+    credentials in the URL (``http://user:pw@host:8081``), as in Confluent's client, and the
+    URL loses them: every client, message and page gets the bare URL. Credentials in the URL
+    and a login or password together are refused, as Confluent's client refuses them.
     """
-    config: dict[str, Any] = {"url": registry_url(host, port, scheme)}
+    url = registry_url(host, port, scheme)
+    also = "the connection's login/password" if login or password else None
+    problems = url_credential_problems(url, also=also)
+    if problems:
+        raise SchemaRegistryConnectionError("; ".join(problems))
+    from_url = url_credentials(url)
+    config: dict[str, Any] = {"url": without_credentials(url)}
+    if from_url:
+        config["basic.auth.user.info"] = from_url[0]
     if password and not login:
         raise SchemaRegistryConnectionError(
             "the schema_registry connection has a password but no login: basic auth needs both"
@@ -136,6 +151,9 @@ class SchemaRegistryHook(BaseHook):
         for key in ("basic.auth.user.info", "ssl.key.password"):
             if key in config:
                 mask_secret(config[key])
+        url_password = config.get("basic.auth.user.info", ":").split(":", 1)[1] if not conn.login else ""
+        if url_password:  # from the URL: the password alone may appear in a log line
+            mask_secret(url_password)
         return config
 
     def get_conn(self) -> Any:
