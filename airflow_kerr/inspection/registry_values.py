@@ -41,6 +41,8 @@ from airflow_kerr.inspection.payloads import MAX_SHOWN_CHARS, Payload, SchemaRef
 
 #: The registry's ``schemaType`` (absent for Avro) to the deserializer's format.
 FORMAT_OF_TYPE: Final = {"AVRO": "avro", "PROTOBUF": "protobuf", "JSON": "json_schema"}
+#: How many causes of a converter error a record's message names (the serde's text, the decoder's, ...).
+MAX_CAUSES: Final = 4
 #: Confluent's header: magic byte 0 and a 4-byte schema id.
 FRAME_SIZE: Final = 5
 
@@ -145,10 +147,10 @@ class RegistryValues:
         try:
             value = self._deserializer(schema.format, is_key, source_topic or "")(raw)
         except ConverterRetriableError as error:
-            self._outage = self._outage or self._scrub(str(error.__cause__ or error))
+            self._outage = self._outage or self._scrub(_causes(error))
             return replace(describe_payload(raw), schema=ref, error=self._unreachable(schema_id))
         except ConverterDataError as error:
-            cause = self._scrub(str(error.__cause__ or error))
+            cause = self._scrub(_causes(error))
             problem = f"schema {schema_id} ({_named(ref)}) does not decode this {_part(is_key)}: {cause}"
             return replace(describe_payload(raw), schema=ref, error=problem)
         return _decoded(value, ref, len(raw))
@@ -245,6 +247,21 @@ class RegistryValues:
             for url in self.client.base_urls:
                 text = text.replace(mask_text(url), shown_url(url)).replace(url, shown_url(url))
         return mask_text(text)
+
+
+def _causes(error: BaseException) -> str:
+    """What a converter error was caused by, outermost first: the serde's own text, then what the decoder found.
+
+    The converter's message is the Connect-style outer line the page already says in its own
+    words; its causes (``Error deserializing Avro message for id 1``, then ``EOFException: ...``)
+    are the reason, joined as a Java stack trace's "Caused by" lines would read.
+    """
+    texts: list[str] = []
+    cause = error.__cause__
+    while cause is not None and len(texts) < MAX_CAUSES:
+        texts.append(str(cause))
+        cause = cause.__cause__
+    return ": ".join(texts) if texts else str(error)
 
 
 def _part(is_key: bool) -> str:
