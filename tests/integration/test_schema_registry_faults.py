@@ -25,12 +25,12 @@ from urllib.parse import urlsplit
 import pytest
 from confluent_kafka import Producer
 
-from airflow_kerr.errors import parse_dead_letter
 from airflow_kerr.formats import RegistryClient, RegistrySettings, WireFormat
 from airflow_kerr.formats.avro_codec import AvroCodec
 from airflow_kerr.kafka.offsets import read_to_end
 from airflow_kerr.spark.driver import run_job
 from airflow_kerr.spark.spec import PipelineSpec
+from tests.registry_orders import dead_letters, failures
 
 pytestmark = pytest.mark.spark
 
@@ -229,14 +229,11 @@ def test_a_registry_still_failing_after_the_retry_timeout_is_handled_by_the_tole
         if fault == "503"
         else "timed out"
     )
-    for message in read_to_end(kafka_config, f"{unique_topic}.dlq"):
-        letter = parse_dead_letter(message.headers(), message.key(), message.value())
-        assert str(letter.stage) == "VALUE_CONVERTER"
-        text = letter.exception_message or ""
-        assert text.startswith(
-            f"Failed to deserialize data for topic {unique_topic} to Avro: "
-            f"Error retrieving Avro value schema for id {schema_id}: GET {proxy.url}{SCHEMA_PATH}{schema_id}: "
-        ), text
-        assert cause in text, text
+    for failure in failures(dead_letters(kafka_config, f"{unique_topic}.dlq")).values():
+        assert failure.stage == "VALUE_CONVERTER"
+        assert failure.message == f"Failed to deserialize data for topic {unique_topic} to Avro: ", failure
+        assert failure.causes[0] == f"Error retrieving Avro value schema for id {schema_id}", failure
+        assert failure.causes[1].startswith(f"GET {proxy.url}{SCHEMA_PATH}{schema_id}: "), failure
+        assert cause in failure.causes[1], failure
     assert len(read_to_end(kafka_config, f"{unique_topic}.dlq")) == 3
     assert [m.value() for m in read_to_end(kafka_config, f"{unique_topic}.out")] == [None]  # the tombstone only

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from airflow_kerr.errors import parse_dead_letter
 from airflow_kerr.formats import RegistryClient, RegistrySettings, WireFormat
 from airflow_kerr.formats.avro_codec import AvroCodec
 from airflow_kerr.kafka.offsets import read_to_end
 from airflow_kerr.spark.driver import run_job
 from airflow_kerr.spark.spec import PipelineSpec
+from tests.registry_orders import ConverterFailure, dead_letters, failures
 
 pytestmark = pytest.mark.spark
 
@@ -72,17 +72,16 @@ def test_avro_keys_convert_and_a_bad_key_fails_at_the_key_converter(
 
     run_job(spark, spec, run_id="avro-keys")
 
-    outer = f"Failed to deserialize data for topic {topic} to Avro:"
-    failures = {}
-    for message in read_to_end(kafka_config, dlq):
-        letter = parse_dead_letter(message.headers(), message.key(), message.value())
-        failures[letter.source_offset] = (str(letter.stage), letter.exception_message)
-    assert failures == {
-        4: ("KEY_CONVERTER", f"{outer} Unknown magic byte!"),
-        5: (
+    outer = f"Failed to deserialize data for topic {topic} to Avro: "
+    assert failures(dead_letters(kafka_config, dlq)) == {
+        4: ConverterFailure("KEY_CONVERTER", outer, ("Unknown magic byte!",)),
+        5: ConverterFailure(
             "KEY_CONVERTER",
-            f"{outer} Error retrieving Avro key schema for id {UNKNOWN_ID}: "
-            f"Schema {UNKNOWN_ID} not found; error code: 40403",
+            outer,
+            (
+                f"Error retrieving Avro key schema for id {UNKNOWN_ID}",
+                f"Schema {UNKNOWN_ID} not found; error code: 40403",
+            ),
         ),
     }
     written = {json.loads(m.value())["n"]: json.loads(m.key()) for m in read_to_end(kafka_config, out)}

@@ -23,6 +23,7 @@ from airflow_kerr.errors import parse_dead_letter
 from airflow_kerr.kafka.offsets import read_to_end
 from airflow_kerr.spark.driver import run_job
 from airflow_kerr.spark.spec import PipelineSpec
+from tests.registry_orders import dead_letters, failures
 
 pytestmark = pytest.mark.spark
 
@@ -178,16 +179,13 @@ def test_a_json_schema_topic_written_by_confluents_serializer_reads_through_the_
 
     run_job(spark, spec, run_id="json-schema-read")
 
-    outer = f"Converting byte[] to Kafka Connect data failed due to serialization error of topic {source}:"
-    failures = {}
-    for message in read_to_end(kafka_config, dlq):
-        letter = parse_dead_letter(message.headers(), message.key(), message.value())
-        failures[letter.source_offset] = (str(letter.stage), letter.exception_message or "")
-    assert set(failures) == {1, 2} and {stage for stage, _ in failures.values()} == {"VALUE_CONVERTER"}
+    outer = f"Converting byte[] to Kafka Connect data failed due to serialization error of topic {source}: "
+    found = failures(dead_letters(kafka_config, dlq))
+    assert set(found) == {1, 2} and {failure.stage for failure in found.values()} == {"VALUE_CONVERTER"}
+    assert {failure.message for failure in found.values()} == {outer}
     schema_id = int.from_bytes(framed[1:5], "big")
-    assert failures[1][1].startswith(
-        f"{outer} Error deserializing JSON message for id {schema_id}: Validation error at amount"
-    )
-    assert failures[2][1] == f"{outer} Unknown magic byte!"
+    assert found[1].causes[0] == f"Error deserializing JSON message for id {schema_id}"
+    assert found[1].causes[1].startswith("Validation error at amount"), found[1]
+    assert found[2].causes == ("Error deserializing JSON message for id -1", "Unknown magic byte!")
     written = [None if m.value() is None else json.loads(m.value()) for m in read_to_end(kafka_config, out)]
     assert sorted(written, key=str) == sorted([{"id": 1, "amount": 2.5}, None], key=str)

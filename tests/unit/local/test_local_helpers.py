@@ -59,9 +59,11 @@ def test_a_failed_connect_start_reaps_the_worker_at_once(tmp_path: Path, monkeyp
     monkeypatch.setattr(urllib.request, "urlopen", unanswered)
     with pytest.raises(ConnectRuntimeUnavailable, match=r"was not ready within 1 s \(not answering\)"):
         ConnectWorker("127.0.0.1:1", tmp_path, start_timeout_s=1.0).start()
-    assert len(started) == 1 and started[0].returncode is not None, "the JVM was not reaped"
+    # Only the JVM: an older cached runtime may first be brought up to date (protoc, javac), which end by themselves.
+    jvms = [process for process in started if Path(str(process.args[0])).name == "java"]  # type: ignore[index]
+    assert len(jvms) == 1 and jvms[0].returncode is not None, "the JVM was not reaped"
     # Ended by the first SIGTERM (the JVM exits 143 on it), not killed after the stop's grace ran out.
-    assert started[0].returncode in (128 + signal.SIGTERM, -signal.SIGTERM), started[0].returncode
+    assert jvms[0].returncode in (128 + signal.SIGTERM, -signal.SIGTERM), jvms[0].returncode
 
 
 def test_a_missing_java_names_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
