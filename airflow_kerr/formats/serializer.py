@@ -13,6 +13,7 @@ orders.avro: Error serializing Avro message: ...``); a registry outage
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from airflow_kerr.formats.avro_codec import AvroCodec
@@ -65,6 +66,17 @@ class RegistrySerializer:
         self.is_key = is_key
         self.schema = schema
         self._resolved: tuple[int, Any, list[int] | None] | None = None
+        #: Once the schema is resolved, an Avro value's framed bytes by fastavro's compiled write (see :meth:`fast`).
+        self._fast: Callable[[Any], bytes] | None = None
+
+    @property
+    def fast(self) -> Callable[[Any], bytes] | None:
+        """:meth:`__call__` for an Avro value fastavro may write, raising for any other; None until resolved.
+
+        The sink maps it over a batch and hands a value it raises for to ``__call__``, whose
+        outcome (bytes, or the failure Connect's converter reports) counts.
+        """
+        return self._fast
 
     def __call__(self, value: Any) -> bytes | None:
         if value is None:
@@ -120,6 +132,8 @@ class RegistrySerializer:
             raise self._data_error(f"Error registering or retrieving {SERDE_NAMES[self.fmt]} schema: {error}", error)  # noqa: B904
         indexes = codec.message_indexes(None) if self.fmt == "protobuf" else None
         self._resolved = (schema_id, codec, indexes)
+        if isinstance(codec, AvroCodec):
+            self._fast = codec.fast_encoder(WireFormat.build(schema_id, b""))
         return self._resolved
 
     def _codec(self, schema: str) -> Any:
