@@ -23,9 +23,9 @@ makes by default) and a body cut 4 bytes short (``Error deserializing Avro messa
 Modes alternate within each round, in the same Spark session and on the same broker; each
 ratio is taken within a round (error-aware ÷ hand-written, vectorized ÷ copy, by
 throughput); figures are medians with min-max. A run waits for a quiet machine and an
-idle broker, and records what others used during it. A profile splits the per-record
-path's µs per record (decode loops of one batch, and cProfile of one partition task in
-this process, no Spark).
+idle broker, and records what others used during it. Profiles, in this process without
+Spark: the per-record path's decode and encode µs per record against fastavro's, a
+cProfile of one partition task, and the vectorized path's µs per record by step.
 
 Writes ``benchmarks/results/schema_registry.json`` and ``schema_registry.png``.
 """
@@ -210,7 +210,7 @@ def profile_per_record(config: dict[str, Any], url: str, topic: str) -> dict[str
     converter.topic = topic
     good = next(value for value in values if _ok(converter, value))
     codec = converter._local[int.from_bytes(good[1:5], "big")]
-    framed = [value for value in values if value[1:5] == good[1:5] and len(value) == len(good)]
+    framed = [value for value in values if value[:5] == good[:5] and _ok(converter, value)]
     schemas = {int.from_bytes(good[1:5], "big"): parse_schema(codec.schema)}
 
     def handwritten(value: bytes) -> Any:
@@ -282,6 +282,69 @@ def profile_per_record(config: dict[str, Any], url: str, topic: str) -> dict[str
     return profile
 
 
+def profile_vectorized(config: dict[str, Any], url: str, topic: str) -> dict[str, Any]:
+    """Core-µs per record of each step of one vectorized partition task, in this process without Spark.
+
+    As ``spark_job.profile_vectorized``: read (consume, Arrow batches), decode (the Avro
+    converter over the value column, into an Arrow struct column), validate (the batch
+    transformation), put (choosing the bytes, producing) and flush, by this thread's CPU clock.
+    """
+    from airflow_kerr.spark.columns import BatchColumns
+    from airflow_kerr.spark.kafka_source import KafkaSourceReader, plan_offset_ranges
+    from airflow_kerr.spark.partition import PartitionProcessor, few_collections
+
+    first = plan_offset_ranges(config, [topic], "earliest")[0]
+    spec = job_spec(config, url, topic, f"{topic}.vprofile", "vprofile", True)
+    processor = PartitionProcessor(spec, run_id="vprofile", part_name="vprofile")
+    vector = processor.vector
+    assert vector is not None
+    reader = KafkaSourceReader({"kafka.bootstrap.servers": config["bootstrap.servers"], "subscribe": topic})
+    seconds = dict.fromkeys(("read", "decode", "validate", "put", "flush"), 0.0)
+    clock = time.thread_time
+    batches = reader.arrow_batches(first)
+    with few_collections():
+        while True:
+            started = clock()
+            batch = next(batches, None)
+            seconds["read"] += clock() - started
+            if batch is None:
+                break
+            columns = BatchColumns(batch)
+            processor.metrics.record_in(batch.num_rows)
+            if processor.first_offset is None:
+                processor.first_offset = 0
+                for converter in (processor.key_converter.fn, processor.value_converter.fn):
+                    if hasattr(converter, "topic"):
+                        converter.topic = topic
+            started = clock()
+            decoded = vector.decode(batch, columns)
+            seconds["decode"] += clock() - started
+            started = clock()
+            decoded = vector.transform(decoded, columns)
+            seconds["validate"] += clock() - started
+            started = clock()
+            vector.put(decoded, columns)
+            seconds["put"] += clock() - started
+    started = clock()
+    processor.finish()
+    seconds["flush"] = clock() - started
+    processor.close()
+    us = {step: round(value / first.count * 1e6, 3) for step, value in seconds.items()}
+    return {"records": first.count, "us_per_record": us, "total_us": round(sum(us.values()), 3)}
+
+
+def run_profiles(config: dict[str, Any], url: str, topic: str) -> dict[str, Any]:
+    """Both profiles on the first input topic, printed; what they wrote is deleted."""
+    from spark_job import drop_topics
+
+    profile = profile_per_record(config, url, topic)
+    profile["vectorized"] = profile_vectorized(config, url, topic)
+    print(f"  profile: {json.dumps({k: v for k, v in profile.items() if k.endswith('_us')})}", flush=True)
+    print(f"  vectorized profile: {json.dumps(profile['vectorized'])}", flush=True)
+    drop_topics(config, [f"{topic}.{name}" for name in ("profile", "dlq.profile", "vprofile", "dlq.vprofile")])
+    return profile
+
+
 def _ok(converter: Any, value: bytes) -> bool:
     try:
         converter(value)
@@ -337,9 +400,7 @@ def main() -> int:
             topic = f"bench.avro.{args.records}.{int(bad * 1000)}.{int(time.time())}"
             produce_rate = produce(config, topic, register_input(registry.url, topic), args.records, bad)
             if not profile:
-                profile = profile_per_record(config, registry.url, topic)
-                print(f"  profile: {json.dumps({k: v for k, v in profile.items() if k.endswith('_us')})}", flush=True)
-                drop_topics(config, [f"{topic}.profile", f"{topic}.dlq.profile"])
+                profile = run_profiles(config, registry.url, topic)
             runs: list[dict[str, Any]] = []
             for attempt in range(args.rounds):
                 for mode in args.modes:

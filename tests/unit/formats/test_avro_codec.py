@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -202,3 +203,32 @@ def test_a_logical_type_reads_as_its_underlying_type() -> None:
     )
     body = codec.encode({"at": 1_764_000_000_000, "day": 20_000})
     assert codec.decode(body) == {"at": 1_764_000_000_000, "day": 20_000}
+
+
+def test_values_the_generated_writer_leaves_to_the_reference_are_written_alike() -> None:
+    """An int subclass, a bytearray, an int for a double, a mapping that is not a dict: the reference writer's bytes."""
+
+    class Count(int):
+        pass
+
+    class Frozen(Mapping[str, Any]):
+        def __init__(self, data: dict[str, Any]) -> None:
+            self.data = data
+
+        def __getitem__(self, key: str) -> Any:
+            return self.data[key]
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(self.data)
+
+        def __len__(self) -> int:
+            return len(self.data)
+
+    codec = AvroCodec(FLAT)
+    plain = {**FLAT_GOOD, "n": 7, "amount": 2.0, "raw": b"ab"}
+    expected = codec.encode(plain)
+    for odd in ({"n": Count(7)}, {"raw": bytearray(b"ab")}, {"amount": 2}):
+        assert codec.encode({**plain, **odd}) == expected
+    assert codec.encode(Frozen(plain)) == expected
+    assert codec.fast_encoder(b"\x00\x00\x00\x00\x01")(plain) == b"\x00\x00\x00\x00\x01" + expected
+    assert codec.decode(expected) == plain
