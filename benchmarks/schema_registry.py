@@ -289,6 +289,7 @@ def profile_vectorized(config: dict[str, Any], url: str, topic: str) -> dict[str
     converter over the value column, into an Arrow struct column), validate (the batch
     transformation), put (choosing the bytes, producing) and flush, by this thread's CPU clock.
     """
+    from airflow_kerr.formats import RegistryDeserializer
     from airflow_kerr.spark.columns import BatchColumns
     from airflow_kerr.spark.kafka_source import KafkaSourceReader, plan_offset_ranges
     from airflow_kerr.spark.partition import PartitionProcessor, few_collections
@@ -314,7 +315,7 @@ def profile_vectorized(config: dict[str, Any], url: str, topic: str) -> dict[str
             if processor.first_offset is None:
                 processor.first_offset = 0
                 for converter in (processor.key_converter.fn, processor.value_converter.fn):
-                    if hasattr(converter, "topic"):
+                    if isinstance(converter, RegistryDeserializer):
                         converter.topic = topic
             started = clock()
             decoded = vector.decode(batch, columns)
