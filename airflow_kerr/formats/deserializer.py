@@ -70,17 +70,17 @@ class RegistryDeserializer:
         self.validate_json = validate_json
         self.topic = ""
         self._local: dict[int, Any] = {}
-        #: An Avro schema's compiled fast read by the 5-byte header that names it (see :meth:`fast`).
+        #: An Avro schema's generated read by the 5-byte header that names it (see :meth:`fast`).
         self._fast_by_header: dict[bytes, Callable[[bytes], Any]] = {}
         self._name = SERDE_NAMES[fmt]
 
     def fast(self, value: bytes) -> Any:
         """:meth:`__call__`'s value for a framed Avro value of a schema already loaded, else an exception.
 
-        One dict look-up by the header (magic byte and id) and fastavro's compiled read: the
-        per-record path maps it over a batch and hands whatever it raises for (a tombstone,
-        an id not loaded yet, a body fastavro's answer is not taken for) to ``__call__``, whose
-        outcome counts (:class:`~airflow_kerr.spark.stages.Converter`).
+        One dict look-up by the header (magic byte and id) and the schema's generated reader:
+        the per-record path maps it over a batch and hands whatever it raises for (a tombstone,
+        an id not loaded yet, a body that does not decode) to ``__call__``, whose outcome and
+        texts count (:class:`~airflow_kerr.spark.stages.Converter`).
         """
         return self._fast_by_header[value[:HEADER_SIZE]](value)
 

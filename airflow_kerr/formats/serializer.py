@@ -66,12 +66,12 @@ class RegistrySerializer:
         self.is_key = is_key
         self.schema = schema
         self._resolved: tuple[int, Any, list[int] | None] | None = None
-        #: Once the schema is resolved, an Avro value's framed bytes by fastavro's compiled write (see :meth:`fast`).
+        #: Once the schema is resolved, an Avro value's framed bytes in one call (see :meth:`fast`).
         self._fast: Callable[[Any], bytes] | None = None
 
     @property
     def fast(self) -> Callable[[Any], bytes] | None:
-        """:meth:`__call__` for an Avro value fastavro may write, raising for any other; None until resolved.
+        """:meth:`__call__` for an Avro value that fits, raising (without its text) for any other; None until resolved.
 
         The sink maps it over a batch and hands a value it raises for to ``__call__``, whose
         outcome (bytes, or the failure Connect's converter reports) counts.

@@ -326,7 +326,7 @@ class PartitionProcessor:
         assert isinstance(sink, RegistryKafkaSink)
         serialize = sink.serializer
         fast = serialize.fast
-        if fast is not None:  # fastavro's write mapped over the batch; what it refuses goes through serialize
+        if fast is not None:  # Avro's write mapped over the batch; what it refuses goes through serialize
             results = map_past_failures(
                 fast, values, lambda position, _: self.serialize_one(values[position], rows[position], source)
             )
