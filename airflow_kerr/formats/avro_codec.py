@@ -1,11 +1,22 @@
-"""Avro binary decode and encode, compiled once per schema into closures (no interpretation per record).
+"""Avro binary decode and encode, compiled once per schema (no interpretation per record).
 
-fastavro is not part of the install, so the codec is compiled here: the schema is walked
-once and every record then runs a tree of small functions, one per field. Values are as
-fastavro's ``schemaless_reader`` returns them without logical types: a record is a dict,
-an enum its symbol, ``bytes``/``fixed`` bytes; a logical type reads as its underlying type.
-As Java's ``GenericDatumReader`` (and Confluent's deserializer) do, bytes after the value
-are not checked.
+The schema is walked once: a record's reader and writer are generated Python source, one
+straight block per field, with the primitive reads and writes (long, int, string, bytes,
+double, float, boolean, null) inline and every other field type (union, enum, array, map,
+fixed, a nested or named record) a call to a small compiled function. On 7-field orders
+this reads a value in 2.5 µs and writes one in 2.3, where fastavro's ``schemaless_reader``
+takes 2.8 and ``schemaless_writer`` 2.9 (unchecked). fastavro is not used:
+it reads a negative union or enum index as a branch counted from the end, a varint
+longer than 10 bytes as a wrong number and a boolean byte of 2 as true, where Avro (and
+Java's ``GenericDatumReader``) refuse them, its writer casts ``"1"`` into a double, and
+guarding it cost more than it saved (``benchmarks/schema_registry.py``, ``per_record_profile``).
+A value the generated writer does not take as it is goes to the reference writer, whose
+bytes or error text count.
+
+Values are as fastavro's ``schemaless_reader`` returns them without logical types: a
+record is a dict, an enum its symbol, ``bytes``/``fixed`` bytes; a logical type reads as
+its underlying type. As Java's ``GenericDatumReader`` (and Confluent's deserializer) do,
+bytes after the value are not checked.
 """
 
 from __future__ import annotations
@@ -44,6 +55,30 @@ class AvroCodec:
             self._reader, self._writer, self.name = self._compile(parsed, None)
         except (KeyError, TypeError, ValueError) as error:
             raise SerializationError(f"Invalid Avro schema: {type(error).__name__}: {error}") from None
+
+    def fast_decoder(self, skip: int) -> Callable[[bytes], Any]:
+        """:meth:`decode` from ``skip`` without its error texts: a converter maps it over a batch, one frame a value.
+
+        A value it raises for (with this module's internal exceptions, not the texts) goes to
+        :meth:`decode`, whose outcome counts.
+        """
+        read = self._reader
+
+        def decode(value: bytes) -> Any:
+            return read(value, skip)[0]
+
+        return decode
+
+    def fast_encoder(self, prefix: bytes) -> Callable[[Any], bytes]:
+        """``prefix`` (a wire-format header) then :meth:`encode`'s body, raising without its error texts."""
+        write = self._writer
+
+        def encode(datum: Any) -> bytes:
+            out = bytearray(prefix)
+            write(out, datum)
+            return bytes(out)
+
+        return encode
 
     def decode(self, value: bytes, position: int = 0) -> Any:
         """The datum in ``value`` from ``position``; :class:`SerializationError` naming what is wrong with it."""
@@ -118,7 +153,9 @@ class AvroCodec:
             for spec in schema["fields"]:
                 field_reader, field_writer, _ = self._compile(spec["type"], inner)
                 fields.append((str(spec["name"]), field_reader, field_writer, "default" in spec, spec.get("default")))
-            reader, writer = _record_reader(fields), _record_writer(full, fields)
+            primitives = [_primitive(spec["type"]) for spec in schema["fields"]]
+            reader = _record_reader(fields, primitives)
+            writer = _fast_record_writer(fields, primitives, _record_writer(full, fields))
         self._named_readers[full], self._named_writers[full] = reader, writer
         return reader, writer, full
 
@@ -227,15 +264,75 @@ def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
     return str(buf[pos:end], "utf-8"), end
 
 
-def _record_reader(fields: list[tuple[str, Reader, Writer, bool, Any]]) -> Reader:
-    pairs = [(name, reader) for name, reader, _, _, _ in fields]
+def _primitive(schema: Any) -> str | None:
+    """The primitive type a field's schema names (``"long"``, ``{"type": "long", "logicalType": ...}``), else None."""
+    if isinstance(schema, Mapping):
+        schema = schema.get("type")
+    return schema if isinstance(schema, str) and schema in PRIMITIVES else None
 
-    def read(buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
-        record = {}
-        for name, reader in pairs:
-            record[name], pos = reader(buf, pos)
-        return record, pos
 
+#: A varint read inline: one byte (most of them) in a few operations, longer ones by _read_long.
+_INLINE_LONG: Final = """
+    b = buf[pos]
+    if b < 0x80:
+        {target} = (b >> 1) ^ -(b & 1)
+        pos += 1
+    else:
+        {target}, pos = _read_long(buf, pos)"""
+#: A length-prefixed value, as _read_string / _read_bytes read it.
+_INLINE_SIZED: Final = (
+    _INLINE_LONG.format(target="n")
+    + """
+    end = pos + n
+    if n < 0:
+        raise _BadDatum(f"Malformed data. Length is negative: {{n}}")
+    if end > len(buf):
+        raise _Eof
+    {target} = {make}(buf[pos:end]{encoding})
+    pos = end"""
+)
+_INLINE: Final = {
+    "null": "\n    {target} = None",
+    "long": _INLINE_LONG,
+    "int": _INLINE_LONG,
+    "string": _INLINE_SIZED.replace("{make}", "str").replace("{encoding}", ', "utf-8"'),
+    "bytes": _INLINE_SIZED.replace("{make}", "bytes").replace("{encoding}", ""),
+    "double": "\n    {target} = _unpack_double(buf, pos)[0]\n    pos += 8",
+    "float": "\n    {target} = _unpack_float(buf, pos)[0]\n    pos += 4",
+    "boolean": """
+    b = buf[pos]
+    if b > 1:
+        raise _BadDatum(f"Invalid boolean byte {{b}}")
+    {target} = b == 1
+    pos += 1""",
+}
+
+
+def _record_reader(fields: list[tuple[str, Reader, Writer, bool, Any]], primitives: list[str | None]) -> Reader:
+    """A record's reader as one generated function: each primitive field read inline, the others by their reader.
+
+    The inline reads are :func:`_read_long`, :func:`_read_string` and the rest, statement
+    for statement (same bounds checks, same exceptions), without a call and a tuple per
+    field: 2.6 against 3.3 µs for a 7-field order. Field names enter the source only as
+    ``repr`` literals, and the generated function reads nothing but its arguments.
+    """
+    names: dict[str, Any] = {
+        "_read_long": _read_long,
+        "_Eof": _Eof,
+        "_BadDatum": _BadDatum,
+        "_unpack_double": _DOUBLE.unpack_from,
+        "_unpack_float": _FLOAT.unpack_from,
+    }
+    lines = ["def read(buf, pos):"]
+    for index, ((_, reader, _, _, _), primitive) in enumerate(zip(fields, primitives, strict=True)):
+        if primitive is None:
+            names[f"r{index}"] = reader
+            lines.append(f"    v{index}, pos = r{index}(buf, pos)")
+        else:
+            lines.append(_INLINE[primitive].format(target=f"v{index}"))
+    lines.append("    return {" + ", ".join(f"{name!r}: v{i}" for i, (name, *_) in enumerate(fields)) + "}, pos")
+    exec(compile("\n".join(lines), "<avro record reader>", "exec"), names)
+    read: Reader = names["read"]
     return read
 
 
@@ -376,6 +473,71 @@ def _record_writer(name: str, fields: list[tuple[str, Reader, Writer, bool, Any]
             except _BadDatum as error:
                 raise _BadDatum(f"field {field!r}: {error}") from None
 
+    return write
+
+
+#: A value's writes inline, each accepting only what the reference writer accepts and writes alike (the exact
+#: class: an ``int`` subclass, a ``bytearray``, a missing field go the reference way, which words any refusal).
+_INLINE_VARINT: Final = """
+    n = ({source} << 1) ^ ({source} >> 63)
+    while n & ~0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)"""
+_INLINE_WRITES: Final = {
+    "null": "\n    if x is not None:\n        raise _Refused",
+    "long": "\n    if x.__class__ is not int or not -9223372036854775808 <= x <= 9223372036854775807:\n"
+    "        raise _Refused" + _INLINE_VARINT.format(source="x"),
+    "int": "\n    if x.__class__ is not int or not -2147483648 <= x <= 2147483647:\n"
+    "        raise _Refused" + _INLINE_VARINT.format(source="x"),
+    "string": "\n    if x.__class__ is not str:\n        raise _Refused\n    d = x.encode('utf-8')\n    size = len(d)"
+    + _INLINE_VARINT.format(source="size")
+    + "\n    out += d",
+    "bytes": "\n    if x.__class__ is not bytes:\n        raise _Refused\n    size = len(x)"
+    + _INLINE_VARINT.format(source="size")
+    + "\n    out += x",
+    "double": "\n    if x.__class__ is not float:\n        raise _Refused\n    out += _pack_double(x)",
+    "float": "\n    if x.__class__ is not float:\n        raise _Refused\n    out += _pack_float(x)",
+    "boolean": "\n    if x is True:\n        out.append(1)\n    elif x is False:\n        out.append(0)\n    else:\n"
+    "        raise _Refused",
+}
+
+
+class _Refused(Exception):
+    """The generated writer leaves this value to the reference writer."""
+
+
+def _fast_record_writer(
+    fields: list[tuple[str, Reader, Writer, bool, Any]], primitives: list[str | None], reference: Writer
+) -> Writer:
+    """A record's writer as one generated function, its primitive fields written inline; anything else as before.
+
+    A value it does not take as it is (a missing field, another class than the usual one, any
+    exception) is written again from the start by ``reference``, :func:`_record_writer`, whose
+    bytes or error text count: the generated code only takes values both write alike.
+    """
+    names: dict[str, Any] = {
+        "_Refused": _Refused,
+        "_pack_double": _DOUBLE.pack,
+        "_pack_float": _FLOAT.pack,
+        "reference": reference,
+    }
+    body = []
+    for index, ((name, _, writer, _, _), primitive) in enumerate(zip(fields, primitives, strict=True)):
+        body.append(f"    x = value[{name!r}]")
+        if primitive is None:
+            names[f"w{index}"] = writer
+            body.append(f"    w{index}(out, x)")
+        else:
+            body.append(_INLINE_WRITES[primitive])
+    inner = "\n".join("    " + line for line in "\n".join(body).split("\n") if line)
+    source = (
+        "def write(out, value):\n    mark = len(out)\n    try:\n"
+        + inner
+        + "\n    except Exception:\n        del out[mark:]\n        reference(out, value)"
+    )
+    exec(compile(source, "<avro record writer>", "exec"), names)
+    write: Writer = names["write"]
     return write
 
 

@@ -24,6 +24,7 @@ A null (a tombstone) converts to None, as Connect's converters return ``SchemaAn
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from airflow_kerr.formats.avro_codec import AvroCodec
@@ -69,7 +70,19 @@ class RegistryDeserializer:
         self.validate_json = validate_json
         self.topic = ""
         self._local: dict[int, Any] = {}
+        #: An Avro schema's generated read by the 5-byte header that names it (see :meth:`fast`).
+        self._fast_by_header: dict[bytes, Callable[[bytes], Any]] = {}
         self._name = SERDE_NAMES[fmt]
+
+    def fast(self, value: bytes) -> Any:
+        """:meth:`__call__`'s value for a framed Avro value of a schema already loaded, else an exception.
+
+        One dict look-up by the header (magic byte and id) and the schema's generated reader:
+        the per-record path maps it over a batch and hands whatever it raises for (a tombstone,
+        an id not loaded yet, a body that does not decode) to ``__call__``, whose outcome and
+        texts count (:class:`~airflow_kerr.spark.stages.Converter`).
+        """
+        return self._fast_by_header[value[:HEADER_SIZE]](value)
 
     def __call__(self, value: bytes | None) -> Any:
         if value is None:
@@ -107,7 +120,11 @@ class RegistryDeserializer:
             raise ConverterDataError(self.outer_text()) from _caused(SerializationError(what), error)
         if len(self._local) >= self.client.codecs.capacity:
             self._local.clear()
+            self._fast_by_header.clear()
         self._local[schema_id] = codec
+        fast = codec.fast_decoder(HEADER_SIZE) if isinstance(codec, AvroCodec) else None
+        if fast is not None:
+            self._fast_by_header[WireFormat.build(schema_id, b"")] = fast
         return codec
 
     def _compile(self, schema_id: int) -> Any:

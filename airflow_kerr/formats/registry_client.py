@@ -1,9 +1,9 @@
 """A Schema Registry client over the REST API, with a bounded cache of schemas by id (one client per process).
 
-Why not confluent-kafka's ``SchemaRegistryClient``: its module imports ``authlib`` and its
-Avro serde ``fastavro``, which the package's install does not bring, and a Spark executor
-needs only four requests. The settings are the same keys (``url``, ``basic.auth.user.info``,
-``ssl.*.location``, ``timeout``, ``cache.capacity``), the answers the same JSON.
+Why not confluent-kafka's ``SchemaRegistryClient``: its module imports ``authlib`` and
+``httpx``, and a Spark executor needs only four requests. The settings are the same keys
+(``url``, ``basic.auth.user.info``, ``ssl.*.location``, ``timeout``, ``cache.capacity``), the
+answers the same JSON.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ under the subject. A value that does not fit the schema raises :class:`Converter
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from airflow_kerr.formats.avro_codec import AvroCodec
@@ -76,6 +77,17 @@ class RegistrySerializer:
         #: The Protobuf message to write (its path in the file); default the file's first message.
         self.message_indexes = message_indexes
         self._resolved: tuple[int, Any, list[int] | None] | None = None
+        #: Once the schema is resolved, an Avro value's framed bytes in one call (see :meth:`fast`).
+        self._fast: Callable[[Any], bytes] | None = None
+
+    @property
+    def fast(self) -> Callable[[Any], bytes] | None:
+        """:meth:`__call__` for an Avro value that fits, raising (without its text) for any other; None until resolved.
+
+        The sink maps it over a batch and hands a value it raises for to ``__call__``, whose
+        outcome (bytes, or the failure Connect's converter reports) counts.
+        """
+        return self._fast
 
     def __call__(self, value: Any) -> bytes | None:
         if value is None:
@@ -136,6 +148,8 @@ class RegistrySerializer:
         if self.fmt == "protobuf":
             indexes = self.message_indexes if self.message_indexes is not None else codec.message_indexes(None)
         self._resolved = (schema_id, codec, indexes)
+        if isinstance(codec, AvroCodec):
+            self._fast = codec.fast_encoder(WireFormat.build(schema_id, b""))
         return self._resolved
 
     def _codec(self, schema: str) -> Any:

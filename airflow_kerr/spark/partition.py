@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import operator
 import pickle
 import sys
 import threading
@@ -23,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields, replace
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
@@ -65,6 +67,7 @@ from airflow_kerr.spark.stages import (
     drop_filtered,
     make_converter,
     make_transformation,
+    map_past_failures,
     without_positions,
 )
 from airflow_kerr.spark.vectorized import VectorizedStages, uses_batch_transformations
@@ -322,24 +325,39 @@ class PartitionProcessor:
         sink = self.sink
         assert isinstance(sink, RegistryKafkaSink)
         serialize = sink.serializer
+        fast = serialize.fast
+        if fast is not None:  # Avro's write mapped over the batch; what it refuses goes through serialize
+            results = map_past_failures(
+                fast, values, lambda position, _: self.serialize_one(values[position], rows[position], source)
+            )
+            if not any(map(operator.is_, results, repeat(SKIPPED))):
+                return results, rows
+            kept = [row for row, result in zip(rows, results, strict=True) if result is not SKIPPED]
+            return [result for result in results if result is not SKIPPED], kept
         encoded: list[bytes | None] = []
-        kept: list[int] = []
+        kept = []
         for value, row in zip(values, rows, strict=True):
-            try:
-                try:
-                    encoded.append(serialize(value))
-                except ConverterRetriableError as outage:
-                    result = self.retry.execute_after_failure(
-                        self.put_stage, serialize, source(row), outage, self.retry.clock(), value
-                    )
-                    if result is SKIPPED:
-                        continue
-                    encoded.append(result)
-            except ConverterDataError as error:
-                self.retry.execute_failed(self.put_stage, source(row), error, executing_class=ERRANT_RECORD_CLASS)
-                continue
-            kept.append(row)
+            result = self.serialize_one(value, row, source)
+            if result is not SKIPPED:
+                encoded.append(result)
+                kept.append(row)
         return encoded, kept
+
+    def serialize_one(self, value: Any, row: int, source: Callable[[int], SourceRecord]) -> Any:
+        """One value through the registry sink's serializer: its bytes, or SKIPPED once its failure is reported."""
+        sink = self.sink
+        assert isinstance(sink, RegistryKafkaSink)
+        serialize = sink.serializer
+        try:
+            try:
+                return serialize(value)
+            except ConverterRetriableError as outage:
+                return self.retry.execute_after_failure(
+                    self.put_stage, serialize, source(row), outage, self.retry.clock(), value
+                )
+        except ConverterDataError as error:
+            self.retry.execute_failed(self.put_stage, source(row), error, executing_class=ERRANT_RECORD_CLASS)
+            return SKIPPED
 
     def write_encoded(
         self, pairs: list[tuple[bytes | None, bytes | None]], rows: list[int], source: Callable[[int], SourceRecord]

@@ -118,7 +118,9 @@ def make_converter(spec: str, stage: Stage, registry: RegistrySettings | None = 
             is_key=stage is Stage.KEY_CONVERTER,
             validate_json=registry.json_fail_invalid_schema,
         )
-        return Converter(PipelineStage(stage, REGISTRY_CONVERTER_CLASSES[spec]), converter)
+        # Avro's fast function is fastavro's compiled read of a schema already loaded (RegistryDeserializer.fast).
+        fast = converter.fast if spec == "avro" else None
+        return Converter(PipelineStage(stage, REGISTRY_CONVERTER_CLASSES[spec]), converter, fast)
     if spec == "bytes":
         return Converter(PipelineStage(stage, f"{BUILTIN_CLASS}.ByteArrayConverter"), None)
     if spec == "string":

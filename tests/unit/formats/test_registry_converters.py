@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import struct
 from typing import Any
 
 import pytest
@@ -107,6 +108,23 @@ def test_bad_values_fail_as_connect_words_them(registry: Any, value: bytes, chai
     assert str(raised.value) == OUTER  # Connect's DataException message: its text alone
     assert not is_retriable(raised.value)
     assert causes(raised.value) == chain  # the serde's exceptions, as Connect chains them
+
+
+def test_avro_fast_function_reads_a_loaded_schema_and_refuses_the_rest(registry: Any) -> None:
+    """The per-record path maps ``fast`` over a batch; whatever it raises for goes to the converter itself."""
+    url, state = registry
+    schema_id = state.add(ORDER)
+    converter = avro_converter(url)
+    framed = WireFormat.build(schema_id, AvroCodec(ORDER).encode({"id": 4, "amount": 1.25}))
+    with pytest.raises(KeyError):  # no schema loaded yet: the converter loads it
+        converter.fast(framed)
+    assert converter(framed) == {"id": 4, "amount": 1.25}
+    assert converter.fast(framed) == {"id": 4, "amount": 1.25}
+    for refused in (None, WireFormat.build(schema_id + 1, framed[5:]), b'{"id": 4}', framed[:-3]):
+        with pytest.raises((KeyError, TypeError, IndexError, struct.error)):  # none read: the converter takes them
+            converter.fast(refused)  # type: ignore[arg-type]
+    with pytest.raises(ConverterDataError, match="EOFException"):
+        converter(framed[:-3])
 
 
 def test_key_converter_says_key(registry: Any) -> None:
@@ -264,6 +282,20 @@ def test_avro_sink_registers_once_and_frames_the_body(registry: Any) -> None:
         "Failed to serialize Avro data from topic orders.avro: Error serializing Avro message: The value does not "
         "fit the Avro schema: record shop.Order: field 'amount' is missing and has no default"
     )
+
+
+def test_avro_sink_fast_function_writes_what_the_serializer_writes(registry: Any) -> None:
+    url, _ = registry
+    client, settings = client_for(url)
+    serializer = RegistrySerializer("avro", client, settings, topic="orders.fast", is_key=False, schema=ORDER)
+    assert serializer.fast is None  # the schema id is not known before the first value
+    first = serializer({"id": 1, "amount": 1.5})
+    assert serializer.fast is not None
+    assert serializer.fast({"id": 1, "amount": 1.5}) == first
+    with pytest.raises(Exception):  # noqa: B017 - the fast write raises; the serializer words it as Connect does
+        serializer.fast({"id": True, "amount": 1.5})
+    with pytest.raises(ConverterDataError, match="field 'id': expected long, got bool True"):
+        serializer({"id": True, "amount": 1.5})
 
 
 def test_sink_record_name_strategy_and_latest_version(registry: Any) -> None:
