@@ -123,8 +123,9 @@ def test_avro_fast_function_reads_a_loaded_schema_and_refuses_the_rest(registry:
     for refused in (None, WireFormat.build(schema_id + 1, framed[5:]), b'{"id": 4}', framed[:-3]):
         with pytest.raises((KeyError, TypeError, IndexError, struct.error)):  # none read: the converter takes them
             converter.fast(refused)  # type: ignore[arg-type]
-    with pytest.raises(ConverterDataError, match="EOFException"):
+    with pytest.raises(ConverterDataError) as raised:
         converter(framed[:-3])
+    assert "EOFException" in causes(raised.value)[-1], causes(raised.value)
 
 
 def test_key_converter_says_key(registry: Any) -> None:
