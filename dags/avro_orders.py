@@ -2,11 +2,13 @@
 
 ``generate`` writes orders with confluent-kafka's ``AvroSerializer`` (the schema goes to the
 registry of ``schema_registry_default``), and among them, in turn, a JSON value, a value
-shorter than the 5-byte header, an unknown schema id, a truncated body and a tombstone.
-``avro_orders`` reads them with ``value_converter="avro"``: the four bad kinds go to
-``orders.avro.dlq`` at ``VALUE_CONVERTER`` with the texts Connect's ``AvroConverter`` writes;
-the good orders, with their amount in cents, and the tombstones go to ``orders.avro.clean``
-as Avro, under the subject ``orders.avro.clean-value``. On the local stack (``make ui``,
+shorter than the 5-byte header, an unknown schema id, a truncated body, a tombstone and an
+order with a negative amount. ``avro_orders`` reads them with ``value_converter="avro"``: the
+four undecodable kinds go to ``orders.avro.dlq`` at ``VALUE_CONVERTER`` with the texts Connect's
+``AvroConverter`` writes; a negative amount fails ``add_amount_cents`` and goes there at
+``TRANSFORMATION`` with its Avro bytes (replay it with the fix ``repair_amount``); the good
+orders, with their amount in cents, and the tombstones go to ``orders.avro.clean`` as Avro,
+under the subject ``orders.avro.clean-value``. On the local stack (``make ui``,
 ``kerr local up``) both connections point at the embedded broker and registry.
 """
 
@@ -51,7 +53,7 @@ with DAG(
             type="integer",
             minimum=0,
             title="Every Nth record is special",
-            description="in turn: JSON, too short, unknown schema id, truncated, tombstone; 0: none",
+            description="in turn: JSON, too short, unknown schema id, truncated, tombstone, negative amount; 0: none",
         ),
     },
 ) as dag:

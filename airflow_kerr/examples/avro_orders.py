@@ -8,10 +8,14 @@ each body with magic byte 0 and the schema id. Every ``bad_every``-th record is,
 - ``too_short``: three bytes, shorter than the 5-byte header;
 - ``unknown_schema_id``: a schema id the registry does not know (error code 40403);
 - ``truncated``: a good body cut short, which does not decode;
-- ``tombstone``: a null value, which is not a failure: it converts to null and reaches the sink.
+- ``tombstone``: a null value, which is not a failure: it converts to null and reaches the sink;
+- ``negative_amount``: a good Avro order whose amount is negative.
 
 The first four fail at ``VALUE_CONVERTER`` and go to the DLQ with the text Connect's
-``AvroConverter`` writes. :func:`add_amount_cents` is the pipeline's transformation.
+``AvroConverter`` writes. A negative amount decodes, then fails the pipeline's transformation
+:func:`add_amount_cents` (``TRANSFORMATION``, :class:`NegativeAmount`); its dead letter keeps
+the original Avro bytes, so the DLQ view decodes it and a replay with the fix
+:func:`repair_amount` (``value_format="avro"``) puts it back repaired.
 """
 
 from __future__ import annotations
@@ -51,9 +55,13 @@ ENRICHED_ORDER_SCHEMA = json.dumps(
     }
 )
 #: The kinds of special record, taken in turn by every ``bad_every``-th record.
-SPECIAL_KINDS = ("not_framed", "too_short", "unknown_schema_id", "truncated", "tombstone")
+SPECIAL_KINDS = ("not_framed", "too_short", "unknown_schema_id", "truncated", "tombstone", "negative_amount")
 #: A schema id no registry of the example has handed out.
 UNKNOWN_SCHEMA_ID = 999_999_999
+
+
+class NegativeAmount(ValueError):
+    """An order that decoded but whose amount is negative: the transformation refuses it."""
 
 
 def order_kind(index: int, bad_every: int) -> str:
@@ -66,6 +74,11 @@ def order_kind(index: int, bad_every: int) -> str:
 def order(index: int) -> dict[str, Any]:
     """Order ``index``, the same on every run, so a check can compare what the sink holds."""
     return {"id": f"o-{index}", "customer": f"c-{index % 97}", "amount": round(1 + (index * 7.31) % 499, 2)}
+
+
+def negative_order(index: int) -> dict[str, Any]:
+    """Order ``index`` with its amount negated: what a ``negative_amount`` record holds."""
+    return {**order(index), "amount": -order(index)["amount"]}
 
 
 def generate_avro_orders(
@@ -84,10 +97,11 @@ def generate_avro_orders(
     for index in range(count):
         kind = order_kind(index, bad_every)
         counts[kind] += 1
-        framed = serializer(order(index), context)
+        framed = serializer(negative_order(index) if kind == "negative_amount" else order(index), context)
         assert framed is not None
         value = {
             "good": framed,
+            "negative_amount": framed,
             "not_framed": json.dumps(order(index)).encode(),
             "too_short": framed[:3],
             "unknown_schema_id": WireFormat.build(UNKNOWN_SCHEMA_ID, framed[5:]),
@@ -103,9 +117,18 @@ def generate_avro_orders(
 
 
 def add_amount_cents(record: PipelineRecord) -> PipelineRecord:
-    """Add the amount in cents; a tombstone (a null value) passes as it is, to delete its key downstream."""
+    """Add the amount in cents; a tombstone (a null value) passes as it is, to delete its key downstream.
+
+    A negative amount raises :class:`NegativeAmount`: the record goes to the DLQ at ``TRANSFORMATION``
+    with its original bytes, for :func:`repair_amount` to replay.
+    """
     if record.value is not None:
-        record.value["amount_cents"] = round(record.value["amount"] * 100)
+        amount = record.value["amount"]
+        if amount < 0:
+            raise NegativeAmount(
+                f"order {record.value['id']}: amount {amount} is negative; an order's amount must be 0 or more"
+            )
+        record.value["amount_cents"] = round(amount * 100)
     return record
 
 

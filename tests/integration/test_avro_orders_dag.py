@@ -4,10 +4,12 @@
 ``schema_registry_default`` pointing at the session's broker and registry (as ``make ui`` and
 ``kerr local up`` point them). Its ``generate`` task writes orders through confluent-kafka's
 ``AvroSerializer``; the error-aware job reads them with ``value_converter="avro"``. Each bad
-record must reach the DLQ at ``VALUE_CONVERTER`` with the text Connect's ``AvroConverter``
+undecodable record must reach the DLQ at ``VALUE_CONVERTER`` with the text Connect's ``AvroConverter``
 writes (confluentinc/schema-registry v7.9.9, avro-converter/.../AvroConverter.java,
 schema-serializer/.../AbstractKafkaSchemaSerDe.java, avro-serializer/.../AbstractKafkaAvroDeserializer.java);
-the good orders and the tombstones must reach the Avro sink, read back by confluent-kafka's
+an order with a negative amount must reach it at ``TRANSFORMATION``, raised by
+``add_amount_cents``, with its original Avro bytes (they decode to the negative order); the
+good orders and the tombstones must reach the Avro sink, read back by confluent-kafka's
 ``AvroDeserializer``, an independent client of the registry.
 
 The registry connection carries basic-auth credentials (the development registry ignores
@@ -29,7 +31,13 @@ from typing import Any
 import pytest
 
 from airflow_kerr.errors import parse_dead_letter
-from airflow_kerr.examples.avro_orders import ENRICHED_ORDER_SCHEMA, UNKNOWN_SCHEMA_ID, order, order_kind
+from airflow_kerr.examples.avro_orders import (
+    ENRICHED_ORDER_SCHEMA,
+    UNKNOWN_SCHEMA_ID,
+    negative_order,
+    order,
+    order_kind,
+)
 from airflow_kerr.kafka.offsets import end_offsets, read_to_end
 from airflow_kerr.local.broker import ensure_topics
 from airflow_kerr.local.orders_example import TOPICS
@@ -37,8 +45,8 @@ from tests.registry_orders import failures
 
 pytestmark = pytest.mark.spark
 
-ORDERS = 200
-BAD_EVERY = 10  # 20 special records: 4 of each kind
+ORDERS = 240
+BAD_EVERY = 10  # 24 special records: 4 of each kind
 SOURCE, SINK, DLQ = "orders.avro", "orders.avro.clean", "orders.avro.dlq"
 PASSWORD = "ZqAvroRegistryPw7"
 
@@ -85,7 +93,7 @@ def spec_files_seen() -> Iterator[dict[str, tuple[int, str]]]:
         watcher.join()
 
 
-def test_the_avro_orders_example_dag_dead_letters_each_converter_failure(
+def test_the_avro_orders_example_dag_dead_letters_each_converter_and_transformation_failure(
     kafka_config: dict[str, Any],
     schema_registry: Any,
     load_dag: Callable[[str], Any],
@@ -127,31 +135,43 @@ def test_the_avro_orders_example_dag_dead_letters_each_converter_failure(
     assert ti is not None
     generated, metrics = ti.xcom_pull(task_ids="generate"), ti.xcom_pull(task_ids="avro_orders")
     assert generated == {
-        "good": 180,
+        "good": 216,
         "not_framed": 4,
         "too_short": 4,
         "unknown_schema_id": 4,
         "truncated": 4,
         "tombstone": 4,
+        "negative_amount": 4,
     }
-    assert metrics["records_in"] == ORDERS and metrics["total-records-skipped"] == 16
+    assert metrics["records_in"] == ORDERS and metrics["total-records-skipped"] == 20
 
     registry = SchemaRegistryClient({"url": schema_registry.url})
     order_schema_id = int(registry.get_latest_version(f"{SOURCE}-value").schema_id or -1)
     letters = [
         parse_dead_letter(m.headers(), m.key(), m.value()) for m in records_after(kafka_config, DLQ, starts[DLQ])
     ]
+    source_context = SerializationContext(SOURCE, MessageField.VALUE)
     failed = {}
     for letter in letters:
         index = int((letter.key or b"").decode().removeprefix("o-"))
         kind = order_kind(index, BAD_EVERY)
+        failed[index] = kind
+        if kind == "negative_amount":
+            # A transformation failure: the original Avro bytes, which decode to the order as it was written.
+            assert (letter.source_topic, str(letter.stage)) == (SOURCE, "TRANSFORMATION"), letter
+            assert letter.exception_class == "airflow_kerr.examples.avro_orders.NegativeAmount", letter
+            amount = negative_order(index)["amount"]
+            assert letter.exception_message == (
+                f"order o-{index}: amount {amount} is negative; an order's amount must be 0 or more"
+            ), letter
+            assert AvroDeserializer(registry)(letter.value, source_context) == negative_order(index)
+            continue
         assert (letter.source_topic, str(letter.stage)) == (SOURCE, "VALUE_CONVERTER"), (kind, letter)
         # Connect's message is the converter's text alone; the serde's exceptions are chained under it.
         failure = failures({0: letter})[0]
         assert failure.message == f"Failed to deserialize data for topic {SOURCE} to Avro: ", (kind, failure)
         expected = expected_causes(kind, order_schema_id)
         assert failure.causes[: len(expected)] == expected, (kind, failure)
-        failed[index] = kind
     assert sorted(failed) == [i for i in range(ORDERS) if order_kind(i, BAD_EVERY) not in ("good", "tombstone")]
 
     written = records_after(kafka_config, SINK, starts[SINK])
