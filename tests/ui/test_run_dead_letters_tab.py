@@ -23,6 +23,7 @@ import pytest
 from airflow_kerr.errors import SourceRecord, Stage
 from airflow_kerr.local.dead_letters import Failure, write_dead_letters
 from airflow_kerr.local.ui import LocalUI
+from tests.ui.run_tab import WAIT_MS, expect_run_counted, open_task_tab, run_dead_letters, task_xcom, trigger
 
 pytestmark = [pytest.mark.ui, pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(1200)]
 
@@ -31,7 +32,6 @@ TASK_ID = "orders_pipeline"
 DLQ = "orders.dlq"
 #: How long the job run may take on a busy 2-core machine before the test gives up (a bound, not a measure).
 RUN_TIMEOUT_S = 900.0
-WAIT_MS = 90_000
 #: Orders the run generates: every 10th malformed, every 7th invalid: a few dozen dead letters.
 CONF = {"orders": 300, "malformed_every": 10, "invalid_every": 7, "flaky_every": 0}
 
@@ -71,34 +71,21 @@ def test_a_task_instances_tab_shows_its_own_dead_letters_and_no_others(
 
     marker = f"foreign-{uuid.uuid4().hex[:8]}"
     _foreign(kafka_bootstrap, marker, 5, int(time.time() * 1000))
-    with local_ui.api() as api:
-        run = api.post(f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": CONF}).raise_for_status().json()
-    run_id = run["dag_run_id"]
+    run_id = trigger(local_ui, DAG_ID, CONF)
     local_ui.wait_for_run(DAG_ID, run_id, TASK_ID, RUN_TIMEOUT_S)
-    base = f"/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}/taskInstances/{TASK_ID}/xcomEntries"
-    with local_ui.api() as api:
-        written = api.get(f"{base}/kerr_dead_letters").raise_for_status().json()["value"]
-        summary = api.get(f"{base}/return_value").raise_for_status().json()["value"]
+    written = run_dead_letters(local_ui, DAG_ID, run_id, TASK_ID)
+    summary = task_xcom(local_ui, DAG_ID, run_id, TASK_ID)
     # Two accounts of the run agree: its delivery reports (the offsets) and its metrics (the DLQ writes it counted).
     count = written["records"]
-    assert written["state"] == "finished" and written["topic"] == DLQ, written
+    assert written["topic"] == DLQ, written
     assert count == summary["deadletterqueue-produce-requests"] > 0, (written, summary)
     # Then more of the other writer's, stamped inside the run's time: no time window tells them apart.
     _foreign(kafka_bootstrap, marker, 5, int(time.time() * 1000) - 30_000)
 
     page = browser_page
     try:
-        sign_in(page, f"/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/tasks/{TASK_ID}/plugin/kerr-task-dead-letters")
-        page.wait_for_url(re.compile(r".*/plugin/kerr-task-dead-letters(/.*)?$"))
-        tab = page.frame_locator("iframe").first
-        expect(tab.locator("#run-note")).to_contain_text(
-            f"Task {TASK_ID} of run {run_id} wrote {count} dead letters to {DLQ}", timeout=WAIT_MS
-        )
-        expect(tab.locator("#progress")).to_have_text(
-            f"All {count} records the run wrote counted (offsets as it recorded them).", timeout=WAIT_MS
-        )
-        expect(tab.locator("#total")).to_have_text(str(count), timeout=WAIT_MS)
-        expect(tab.locator("#matched")).to_have_text(str(count), timeout=WAIT_MS)
+        tab = open_task_tab(page, sign_in, DAG_ID, run_id, TASK_ID)
+        expect_run_counted(tab, TASK_ID, run_id, DLQ, count)
         expect(tab.locator("#by-pipeline tr td.num").first).to_have_text(str(count), timeout=WAIT_MS)
         expect(tab.locator("#samples article").first).to_be_visible(timeout=WAIT_MS)
         expect(tab.locator("#samples")).not_to_contain_text(marker)
@@ -118,12 +105,7 @@ def test_a_task_instances_tab_shows_its_own_dead_letters_and_no_others(
         page.wait_for_url(re.compile(r".*/dags/dlq_replay/runs/[^/]+$"), timeout=WAIT_MS)
         replay_run = unquote(page.url.rsplit("/runs/", 1)[1])
         local_ui.wait_for_run("dlq_replay", replay_run, "replay", 300)
-        with local_ui.api() as api:
-            replayed = (
-                api.get(f"/dags/dlq_replay/dagRuns/{replay_run}/taskInstances/replay/xcomEntries/return_value")
-                .raise_for_status()
-                .json()["value"]
-            )
+        replayed = task_xcom(local_ui, "dlq_replay", replay_run, "replay")
         assert replayed["dry_run"] is True
         assert replayed["selected"] == count, replayed
 
