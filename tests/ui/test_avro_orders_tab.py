@@ -10,7 +10,8 @@ subject …" line, and each converter failure with its message. A replay of the 
 ``TRANSFORMATION`` dead letters, at the offsets the tab's "Replay these…" prefills, with the
 fix ``repair_amount`` on decoded values, must put each repaired order back on ``orders.avro``
 exactly once, read ``read_committed`` and decoded by confluent-kafka's own
-``AvroDeserializer``. Screenshots go to ``tests/ui/artifacts/``.
+``AvroDeserializer``, and the same replay run again must put back nothing more. Screenshots
+go to ``tests/ui/artifacts/``.
 """
 
 from __future__ import annotations
@@ -99,24 +100,8 @@ def test_the_avro_orders_tab_decodes_its_dead_letters_and_a_replay_repairs_them_
         for stage, n in by_stage.items():
             expect(tab.locator(f"#by-stage tr[data-key='{stage}'] td.num")).to_have_text(str(n), timeout=WAIT_MS)
         expect(tab.locator("#samples article")).to_have_count(count, timeout=WAIT_MS)
-
-        def card(where: tuple[int, int]) -> Any:
-            return tab.locator(f"#samples article[data-offset='{where[0]}/{where[1]}']")
-
-        for where, letter in letters.items():
-            expect(card(where).locator(".exception")).to_have_text(letter.exception_class or "", timeout=WAIT_MS)
-            expect(card(where).locator(".message")).to_have_text(letter.exception_message or "", timeout=WAIT_MS)
-        for where, value in decoded.items():
-            order = card(where)
-            expect(order).to_contain_text(
-                f"Avro: subject {SOURCE}-value, version {order_schema.version}, schema id {order_schema.schema_id}",
-                timeout=WAIT_MS,
-            )
-            shown = order.locator("pre").first
-            expect(shown).to_contain_text(f'"id": "{value["id"]}"', timeout=WAIT_MS)
-            expect(shown).to_contain_text(f'"amount": {json.dumps(value["amount"])}', timeout=WAIT_MS)
-            expect(order.locator(".payload-error")).to_have_count(0, timeout=WAIT_MS)
-        card(min(negative)).evaluate("card => card.scrollIntoView({block: 'start'})")
+        _expect_cards(tab, letters, decoded, order_schema)
+        card(tab, min(negative)).evaluate("card => card.scrollIntoView({block: 'start'})")
         screenshot(page, "avro_orders_dead_letters_tab.png")
 
         # The offsets to replay, as the tab hands them to the replay form.
@@ -132,19 +117,28 @@ def test_the_avro_orders_tab_decodes_its_dead_letters_and_a_replay_repairs_them_
         raise
 
     # The replay for real, through the REST API with those offsets: the fix gets decoded values, re-encoded after it.
+    start = end_offsets(kafka_config, [(SOURCE, 0)])[(SOURCE, 0)]
+    summary = _replay(local_ui, offsets, replay_group)
+    assert (summary["dry_run"], summary["selected"], summary["replayed"], summary["parked"]) == (
+        False,
+        len(negative),
+        len(negative),
+        0,
+    ), summary
+    # The same replay again: the replay group's offsets, committed with the records, leave nothing to replay.
+    again = _replay(local_ui, offsets, replay_group)
+    assert (again["selected"], again["replayed"], again["parked"]) == (0, 0, 0), again
+
+    landed = read_to_end(kafka_config, SOURCE, isolation_level="read_committed")
+    repaired = [(m.key(), deserializer(m.value(), source_context)) for m in landed if m.offset() >= start]
     expected = [
         (letter.key, {**decoded[where], "amount": -decoded[where]["amount"]}) for where, letter in negative.items()
     ]
-    landed = _replay_repaired(local_ui, kafka_config, offsets, replay_group, len(negative))
-    repaired = [(key, deserializer(value, source_context)) for key, value in landed]
     assert sorted(repaired, key=repr) == sorted(expected, key=repr), (repaired, expected)
 
 
-def _replay_repaired(
-    local_ui: LocalUI, kafka_config: dict[str, Any], offsets: str, replay_group: str, count: int
-) -> list[tuple[bytes | None, bytes | None]]:
-    """Replay the TRANSFORMATION dead letters at ``offsets`` with the fix; what lands on the source topic, committed."""
-    start = end_offsets(kafka_config, [(SOURCE, 0)])[(SOURCE, 0)]
+def _replay(local_ui: LocalUI, offsets: str, replay_group: str) -> dict[str, Any]:
+    """Replay the TRANSFORMATION dead letters at ``offsets`` for real with the fix on decoded values; its summary."""
     replay_run = trigger(
         local_ui,
         "dlq_replay",
@@ -161,13 +155,31 @@ def _replay_repaired(
         },
     )
     local_ui.wait_for_run("dlq_replay", replay_run, "replay", RUN_TIMEOUT_S)
-    summary = task_xcom(local_ui, "dlq_replay", replay_run, "replay")
-    assert (summary["dry_run"], summary["selected"], summary["replayed"], summary["parked"]) == (
-        False,
-        count,
-        count,
-        0,
-    ), summary
+    summary: dict[str, Any] = task_xcom(local_ui, "dlq_replay", replay_run, "replay")
+    return summary
 
-    landed = read_to_end(kafka_config, SOURCE, isolation_level="read_committed")
-    return [(message.key(), message.value()) for message in landed if message.offset() >= start]
+
+def card(tab: Any, where: tuple[int, int]) -> Any:
+    """The tab's card of the dead letter at DLQ (partition, offset)."""
+    return tab.locator(f"#samples article[data-offset='{where[0]}/{where[1]}']")
+
+
+def _expect_cards(
+    tab: Any, letters: dict[tuple[int, int], Any], decoded: dict[tuple[int, int], Any], order_schema: Any
+) -> None:
+    """Each dead letter's card names its exception and message; each decoded one shows its order under its schema."""
+    from playwright.sync_api import expect
+
+    for where, letter in letters.items():
+        expect(card(tab, where).locator(".exception")).to_have_text(letter.exception_class or "", timeout=WAIT_MS)
+        expect(card(tab, where).locator(".message")).to_have_text(letter.exception_message or "", timeout=WAIT_MS)
+    for where, value in decoded.items():
+        order = card(tab, where)
+        expect(order).to_contain_text(
+            f"Avro: subject {SOURCE}-value, version {order_schema.version}, schema id {order_schema.schema_id}",
+            timeout=WAIT_MS,
+        )
+        shown = order.locator("pre").first
+        expect(shown).to_contain_text(f'"id": "{value["id"]}"', timeout=WAIT_MS)
+        expect(shown).to_contain_text(f'"amount": {json.dumps(value["amount"])}', timeout=WAIT_MS)
+        expect(order.locator(".payload-error")).to_have_count(0, timeout=WAIT_MS)
