@@ -3,7 +3,7 @@
 ``dag.test()`` runs ``dags/avro_orders.py`` as it is, with ``kafka_default`` and
 ``schema_registry_default`` pointing at the session's broker and registry (as ``make ui`` and
 ``kerr local up`` point them). Its ``generate`` task writes orders through confluent-kafka's
-``AvroSerializer``; the error-aware job reads them with ``value_converter="avro"``. Each bad
+``AvroSerializer``; the error-aware job reads them with ``value_converter="avro"``. Each
 undecodable record must reach the DLQ at ``VALUE_CONVERTER`` with the text Connect's ``AvroConverter``
 writes (confluentinc/schema-registry v7.9.9, avro-converter/.../AvroConverter.java,
 schema-serializer/.../AbstractKafkaSchemaSerDe.java, avro-serializer/.../AbstractKafkaAvroDeserializer.java);
