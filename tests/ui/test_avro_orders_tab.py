@@ -7,9 +7,9 @@ with a negative amount, which ``add_amount_cents`` refuses at ``TRANSFORMATION``
 instance's Dead letters tab must count exactly what the run wrote (read back from the DLQ at
 the offsets the run recorded), show each negative order decoded as JSON under its "Avro:
 subject …" line, and each converter failure with its message. A replay of the run's
-``TRANSFORMATION`` dead letters, at the offsets the tab's "Replay these…" prefills, with the
-fix ``repair_amount`` on decoded values, must put each repaired order back on ``orders.avro``
-exactly once, read ``read_committed`` and decoded by confluent-kafka's own
+``TRANSFORMATION`` dead letters, started from the tab's "Replay these…" (offsets, stage,
+registry and value format prefilled; the fix ``repair_amount`` typed in), must put each
+repaired order back on ``orders.avro`` exactly once, read ``read_committed`` and decoded by confluent-kafka's own
 ``AvroDeserializer``, and the same replay run again must put back nothing more. Screenshots
 go to ``tests/ui/artifacts/``.
 """
@@ -21,6 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
@@ -104,28 +105,23 @@ def test_the_avro_orders_tab_decodes_its_dead_letters_and_a_replay_repairs_them_
         card(tab, min(negative)).evaluate("card => card.scrollIntoView({block: 'start'})")
         screenshot(page, "avro_orders_dead_letters_tab.png")
 
-        # The offsets to replay, as the tab hands them to the replay form.
-        tab.get_by_role("button", name="Replay these…").click()
-        form = tab.locator("#replay-dialog")
-        expect(form.locator("[name=dlq_topic]")).to_have_value(DLQ, timeout=WAIT_MS)
-        expect(form.locator("[name=dlq_offsets]")).to_have_value(re.compile(r"^\d+:\d+"), timeout=WAIT_MS)
-        offsets = form.locator("[name=dlq_offsets]").input_value()
-        replay_group = form.locator("[name=replay_group]").input_value()
-        assert offsets and replay_group, (offsets, replay_group)
+        start = end_offsets(kafka_config, [(SOURCE, 0)])[(SOURCE, 0)]
+        replay_run, offsets, replay_group = _replay_from_the_tab(page, tab, len(negative))
     except BaseException:
         screenshot(page, "avro_orders_dead_letters_tab_failure.png")
         raise
 
-    # The replay for real, through the REST API with those offsets: the fix gets decoded values, re-encoded after it.
-    start = end_offsets(kafka_config, [(SOURCE, 0)])[(SOURCE, 0)]
-    summary = _replay(local_ui, offsets, replay_group)
+    # The replay the form started: the fix got decoded values, re-encoded after it.
+    local_ui.wait_for_run("dlq_replay", replay_run, "replay", RUN_TIMEOUT_S)
+    summary = task_xcom(local_ui, "dlq_replay", replay_run, "replay")
     assert (summary["dry_run"], summary["selected"], summary["replayed"], summary["parked"]) == (
         False,
         len(negative),
         len(negative),
         0,
     ), summary
-    # The same replay again: the replay group's offsets, committed with the records, leave nothing to replay.
+    # The same replay again, through the REST API: the replay group's offsets, committed with the records,
+    # leave nothing to replay.
     again = _replay(local_ui, offsets, replay_group)
     assert (again["selected"], again["replayed"], again["parked"]) == (0, 0, 0), again
 
@@ -183,3 +179,30 @@ def _expect_cards(
         expect(shown).to_contain_text(f'"id": "{value["id"]}"', timeout=WAIT_MS)
         expect(shown).to_contain_text(f'"amount": {json.dumps(value["amount"])}', timeout=WAIT_MS)
         expect(order.locator(".payload-error")).to_have_count(0, timeout=WAIT_MS)
+
+
+def _replay_from_the_tab(page: Any, tab: Any, count: int) -> tuple[str, str, str]:
+    """Start the real replay of the run's ``count`` TRANSFORMATION dead letters from its tab: (run, offsets, group)."""
+    from playwright.sync_api import expect
+
+    # Narrowed to the TRANSFORMATION stage, "Replay these…" hands over the run's offsets, the stage, the
+    # registry and the value format its (decoded) samples show; the fix is typed in, the dry run unticked.
+    tab.locator("#by-stage tr[data-key='TRANSFORMATION']").click()
+    expect(tab.locator("#matched")).to_have_text(str(count), timeout=WAIT_MS)
+    expect(tab.locator("#samples article")).to_have_count(count, timeout=WAIT_MS)
+    tab.get_by_role("button", name="Replay these…").click()
+    form = tab.locator("#replay-dialog")
+    expect(form.locator("[name=dlq_topic]")).to_have_value(DLQ, timeout=WAIT_MS)
+    expect(form.locator("[name=dlq_offsets]")).to_have_value(re.compile(r"^\d+:\d+"), timeout=WAIT_MS)
+    expect(form.locator("[name=stages]")).to_have_value("TRANSFORMATION", timeout=WAIT_MS)
+    expect(form.locator("[name=value_format]")).to_have_value("avro", timeout=WAIT_MS)
+    expect(form.locator("[name=schema_registry_conn_id]")).to_have_value("schema_registry_default", timeout=WAIT_MS)
+    offsets = form.locator("[name=dlq_offsets]").input_value()
+    replay_group = form.locator("[name=replay_group]").input_value()
+    assert offsets and replay_group, (offsets, replay_group)
+    form.locator("[name=fix]").fill(FIX)
+    form.locator("[name=dry_run]").uncheck()
+    form.get_by_role("button", name="Trigger").click()
+    page.wait_for_url(re.compile(r".*/dags/dlq_replay/runs/[^/]+$"), timeout=WAIT_MS)
+    replay_run = unquote(page.url.rsplit("/runs/", 1)[1])
+    return replay_run, offsets, replay_group
