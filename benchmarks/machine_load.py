@@ -10,6 +10,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 
 class CpuMeter:
@@ -108,3 +109,14 @@ class CpuMeter:
 def spread(values: list[float]) -> dict[str, float]:
     """Median with min, max and the number of runs: the figure every benchmark reports."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def within_round_ratio(by_mode: dict[str, list[dict[str, Any]]], mode: str, base: str) -> dict[str, float] | None:
+    """``mode``'s throughput over ``base``'s, one ratio per round (runs pair up in order); None if either is absent.
+
+    Taken within a round so that a round on a slower moment of the machine slows both sides alike.
+    """
+    if mode not in by_mode or base not in by_mode:
+        return None
+    pairs = zip(by_mode[mode], by_mode[base], strict=True)
+    return spread([other["seconds"] / this["seconds"] for this, other in pairs])

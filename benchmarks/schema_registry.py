@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from graceful import exit_on_sigterm
-from machine_load import CpuMeter, spread
+from machine_load import CpuMeter, spread, within_round_ratio
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("copy", "handwritten", "error_aware", "vectorized")
@@ -457,15 +457,9 @@ def summarize(
     """Medians with min-max per mode; each ratio (throughput, so a ratio > 1 is faster) is taken within a round."""
     by_mode = {mode: [run for run in runs if run["mode"] == mode] for mode in modes}
 
-    def ratio(mode: str, base: str) -> dict[str, float] | None:
-        if mode not in by_mode or base not in by_mode:
-            return None
-        pairs = zip(by_mode[mode], by_mode[base], strict=True)
-        return spread([other["seconds"] / this["seconds"] for this, other in pairs])
-
     ratios = {
-        "error_aware_over_handwritten": ratio("error_aware", "handwritten"),
-        "vectorized_over_copy": ratio("vectorized", "copy"),
+        "error_aware_over_handwritten": within_round_ratio(by_mode, "error_aware", "handwritten"),
+        "vectorized_over_copy": within_round_ratio(by_mode, "vectorized", "copy"),
     }
     met = {}
     for name, value in ratios.items():

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from graceful import exit_on_sigterm
-from machine_load import CpuMeter, spread
+from machine_load import CpuMeter, spread, within_round_ratio
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: error-aware ÷ plain throughput, by fraction of bad records (issue #18).
@@ -352,15 +352,9 @@ def summarize(
     """Medians with min-max per mode; each ratio is taken within a round (the two runs of the same round)."""
     by_mode = {mode: [run for run in runs if run["mode"] == mode] for mode in modes}
 
-    def ratio(faster: str, slower: str) -> dict[str, float] | None:
-        if faster not in by_mode or slower not in by_mode:
-            return None
-        pairs = zip(by_mode[faster], by_mode[slower], strict=True)
-        return spread([base["seconds"] / other["seconds"] for base, other in pairs])
-
     ratios = {
-        "error_aware_over_plain": ratio("plain", "error_aware"),
-        "vectorized_over_copy": ratio("copy", "vectorized"),
+        "error_aware_over_plain": within_round_ratio(by_mode, "error_aware", "plain"),
+        "vectorized_over_copy": within_round_ratio(by_mode, "vectorized", "copy"),
     }
     target = RATIO_TARGETS.get(bad)
     aware = ratios["error_aware_over_plain"]
