@@ -27,6 +27,11 @@ USERNAME = "admin"
 PASSWORD = "admin"
 ROLE = "admin"
 CONNECTION_VARIABLE_PREFIX = "AIRFLOW_CONN_"
+#: SQLite connection arguments for every process of the local stack (``[database] sql_alchemy_connect_args``).
+#: Python's sqlite3 waits 5 s for another writer's lock, then fails: a fresh-clone run saw a dagRun PATCH
+#: answer 500 ("INSERT INTO log" after exactly 5 s) while the scheduler, a task and the UI all wrote. The
+#: scheduler, the api-server and the tasks share one file, so a request waits for the lock instead.
+SQLITE_CONNECT_ARGS: dict[str, object] = {"timeout": 60.0}
 
 #: How often the idle local stack's Airflow wakes up (issue #24: an idle ``make ui`` stack, Kafka side
 #: included, within 0.10 core; ``benchmarks/idle_stack.py --stack ui``). Each: why, and what it costs.
@@ -103,6 +108,7 @@ def airflow_environment(
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{client_host(host)}:{port}/execution/",
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
             "AIRFLOW__API__HOST": host,
             "AIRFLOW__API__PORT": str(port),
             # The address people open: the links in alerts (the guard's question, the DLQ view) are built from it.
