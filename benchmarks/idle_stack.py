@@ -131,6 +131,8 @@ def ui_parts(roots: dict[str, int]) -> dict[str, list[int]]:
         words = command_line(child).replace("_", "-").split()  # the api-server calls itself "airflow api_server"
         name = next((c for c in UI_COMPONENTS if c in words), "standalone-other")
         parts.setdefault(name, []).extend(descendants(child, table))
+    if roots.get("execution-api"):  # the tasks' own api-server, beside standalone (see start_execution_api)
+        parts["execution-api"] = descendants(roots["execution-api"], table)
     return parts
 
 
@@ -145,6 +147,8 @@ def measure_ui(variant: str, home: Path, settle_s: float, seconds: float) -> dic
         ready_s = time.monotonic() - started
         assert ui.broker is not None and ui.connect is not None and ui.process is not None
         roots = {"broker": int(ui.broker.pid or 0), "connect": int(ui.connect.pid or 0), "standalone": ui.process.pid}
+        if ui.execution_api is not None:
+            roots["execution-api"] = ui.execution_api.pid
         time.sleep(settle_s)
         parts = ui_parts(roots)
         busy0, t0 = machine_busy(), time.monotonic()

@@ -28,9 +28,9 @@ PASSWORD = "admin"
 ROLE = "admin"
 CONNECTION_VARIABLE_PREFIX = "AIRFLOW_CONN_"
 #: SQLite connection arguments for every process of the local stack (``[database] sql_alchemy_connect_args``).
-#: Python's sqlite3 waits 5 s for another writer's lock, then fails: a fresh-clone run saw a dagRun PATCH
-#: answer 500 ("INSERT INTO log" after exactly 5 s) while the scheduler, a task and the UI all wrote. The
-#: scheduler, the api-server and the tasks share one file, so a request waits for the lock instead.
+#: Python's sqlite3 waits 5 s for another writer's lock, then fails; the scheduler, the dag-processor and
+#: the api-servers share one file, so a writer waits up to 60 s for another process's commit instead.
+#: (Inside one api-server such a wait could deadlock: see :func:`airflow_kerr.local.ui.start_execution_api`.)
 SQLITE_CONNECT_ARGS: dict[str, object] = {"timeout": 60.0}
 
 #: How often the idle local stack's Airflow wakes up (issue #24: an idle ``make ui`` stack, Kafka side
@@ -77,13 +77,16 @@ def airflow_environment(
     password_file: Path,
     dags: Path,
     stored_connections: Iterable[str] = (),
+    execution_api_port: int | None = None,
 ) -> dict[str, str]:
     """The environment ``airflow standalone`` runs with.
 
     The component count and pool sizes are kept small because the UI shares a laptop
     (or a 2-core CI machine) with Spark; every process must agree on the JWT secret
     and on where the execution API is, so both are set here rather than left to
-    each process's defaults. An ``AIRFLOW_CONN_*`` variable inherited for one of
+    each process's defaults. Tasks reach the execution API on ``execution_api_port`` when
+    given (an api-server of its own: :func:`~airflow_kerr.local.ui.start_execution_api`),
+    else on ``port``. An ``AIRFLOW_CONN_*`` variable inherited for one of
     ``stored_connections`` (the ids kept in the metadata DB; the test harness and a
     developer's shell set ``AIRFLOW_CONN_KAFKA_DEFAULT``) is dropped: Airflow looks the
     environment up before the DB, so it would hide the row and make an edit on the
@@ -105,7 +108,9 @@ def airflow_environment(
             ),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:{ROLE}",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(password_file),
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{client_host(host)}:{port}/execution/",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": (
+                f"http://{client_host(host)}:{execution_api_port or port}/execution/"
+            ),
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
@@ -114,7 +119,8 @@ def airflow_environment(
             # The address people open: the links in alerts (the guard's question, the DLQ view) are built from it.
             "AIRFLOW__API__BASE_URL": f"http://{client_host(host)}:{port}",
             "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+            # 64 bytes: PyJWT warns below that for the HS512 it signs with.
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(48),
             **IDLE_SETTINGS,
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "PYSPARK_PYTHON": sys.executable,

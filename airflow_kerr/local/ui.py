@@ -55,7 +55,7 @@ from airflow_kerr.local.broker import (
 )
 from airflow_kerr.local.connect_worker import ConnectWorker
 from airflow_kerr.local.orders_example import TOPICS, add_sink_connector
-from airflow_kerr.local.process import parent_death_signal
+from airflow_kerr.local.process import parent_death_signal, tail
 from airflow_kerr.local.process import pid_alive as pid_alive
 from airflow_kerr.local.process import process_tree as process_tree
 from airflow_kerr.local.sample_dlq import SAMPLE_DLQ_TOPIC, seed_dead_letters
@@ -73,20 +73,27 @@ def preferred_port(port: int, host: str = "127.0.0.1") -> int:
     return port if port_free(port, host) else free_port(host)
 
 
+def _check_alive(ui: LocalUI) -> None:
+    """Raise with the log's end when standalone or the execution API server has exited."""
+    if ui.process is not None and ui.process.poll() is not None:
+        raise LocalUIError(f"airflow standalone exited with code {ui.process.returncode}:\n{ui.log_tail()}")
+    if ui.execution_api is not None and ui.execution_api.poll() is not None:
+        log = tail(ui.log_path.with_name("execution-api.log"), 40)
+        raise LocalUIError(f"the execution API server exited with code {ui.execution_api.returncode}:\n{log}")
+
+
 def _wait_ready(ui: LocalUI, wait_for_dags: Iterable[str], timeout_s: float) -> None:
     """Return once every component reports healthy and the DAGs are parsed; fail early on a DAG import error."""
     deadline = time.monotonic() + timeout_s
     problem = "the api-server did not answer"
 
-    def check_alive() -> None:
-        if ui.process is not None and ui.process.poll() is not None:
-            raise LocalUIError(f"airflow standalone exited with code {ui.process.returncode}:\n{ui.log_tail()}")
-
     while True:
-        check_alive()
+        _check_alive(ui)
         try:
             health = httpx.get(f"{ui.url}/api/v2/monitor/health", timeout=5).json()
             unhealthy = [name for name in _HEALTHY_COMPONENTS if health.get(name, {}).get("status") != "healthy"]
+            if ui.execution_api_url and httpx.get(f"{ui.execution_api_url}health", timeout=5).status_code != 200:
+                unhealthy.append("execution API")
             if not unhealthy:
                 break
             problem = f"not healthy yet: {', '.join(unhealthy)} ({health})"
@@ -99,7 +106,7 @@ def _wait_ready(ui: LocalUI, wait_for_dags: Iterable[str], timeout_s: float) -> 
     wanted = set(wait_for_dags)
     with ui.api() as api:
         while True:
-            check_alive()
+            _check_alive(ui)
             errors = api.get("/importErrors").json().get("import_errors", [])
             if errors:
                 details = "\n".join(f"{e.get('filename')}: {e.get('stack_trace')}" for e in errors)
@@ -112,6 +119,37 @@ def _wait_ready(ui: LocalUI, wait_for_dags: Iterable[str], timeout_s: float) -> 
                     f"DAGs {sorted(wanted - found)} were not parsed after {timeout_s:.0f} s (found {sorted(found)})"
                 )
             time.sleep(1)
+
+
+def start_execution_api(ui: LocalUI, env: Mapping[str, str], host: str, port: int) -> subprocess.Popen[bytes]:
+    """Start ``airflow api-server --apps execution`` on ``port``: the API the tasks talk to, apart from the UI's.
+
+    On SQLite one writer locks the whole file. Airflow's ``action_logging`` dependency (every
+    POST, PATCH and DELETE of the REST API) commits on the api-server's event loop, while a
+    task's heartbeat, served by the same process in a worker thread, commits only when its
+    session dependency exits, which needs that loop. When the two met, each waited for the
+    other until SQLite's busy timeout: the api-server froze (a CI run's 30 s login timed out;
+    with the 5 s default a dagRun PATCH answered 500). In a process of its own, a task's
+    commit never waits for the UI's loop. Its log is ``execution-api.log`` beside standalone's.
+    """
+    with open(ui.log_path.with_name("execution-api.log"), "wb") as log:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "airflow",
+                "api-server",
+                *("--apps", "execution", "--host", host),
+                *("--port", str(port), "--workers", "1"),
+            ],
+            cwd=ui.airflow_home,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=parent_death_signal(signal.SIGTERM),
+        )
 
 
 def start_local_ui(  # noqa: PLR0913 - the local UI's start-up knobs; the CLI, the demo and the UI tests each set some
@@ -193,6 +231,7 @@ def start_local_ui(  # noqa: PLR0913 - the local UI's start-up knobs; the CLI, t
                 schema_registry_url=ui.schema_registry_url,
             )
         )
+        execution_api_port = free_port(address)
         env = airflow_environment(
             airflow_home,
             host=host,
@@ -200,10 +239,13 @@ def start_local_ui(  # noqa: PLR0913 - the local UI's start-up knobs; the CLI, t
             password_file=password_file,
             dags=dags,
             stored_connections=connections,
+            execution_api_port=execution_api_port,
         )
         env.update(environment or {})
         ui.log_path.write_bytes(b"")  # this run's log only: the connection import, then standalone
         store_connections(env, connections, ui.log_path, timeout_s=startup_timeout_s)
+        ui.execution_api = start_execution_api(ui, env, address, execution_api_port)
+        ui.execution_api_url = env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]
         with open(ui.log_path, "ab") as log:
             ui.process = subprocess.Popen(
                 [sys.executable, "-m", "airflow", "standalone"],

@@ -30,6 +30,10 @@ class LocalUI:
     log_path: Path
     bootstrap_servers: str
     process: subprocess.Popen[bytes] | None = None
+    #: The api-server of the tasks' execution API (see :func:`~airflow_kerr.local.ui.start_execution_api`).
+    execution_api: subprocess.Popen[bytes] | None = None
+    #: Its URL, ``.../execution/``, as the tasks get it ("" before it is known).
+    execution_api_url: str = ""
     broker: LocalBroker | None = None
     connect: ConnectWorker | None = None
     schema_registry: LocalSchemaRegistry | None = None
@@ -91,6 +95,8 @@ class LocalUI:
             return None
         self._stopped = True
         clients = [StopTarget("airflow", self.process, signal.SIGINT)] if self.process is not None else []
+        if self.execution_api is not None:
+            clients.append(StopTarget("airflow-execution-api", self.execution_api, signal.SIGTERM))
         clients += self.connect.stop_targets("kafka-connect") if self.connect is not None else []
         clients += self.schema_registry.stop_targets("schema-registry") if self.schema_registry is not None else []
         servers = self.broker.stop_targets("broker") if self.broker is not None else []

@@ -97,11 +97,11 @@ def local_ui(chromium: Path, kafka_bootstrap: str, tmp_path_factory: pytest.Temp
         environment={"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:{ROLE},{VIEWER}:viewer"},
         startup_timeout_s=300,
     )
-    assert ui.process is not None
+    assert ui.process is not None and ui.execution_api is not None
     try:
         yield ui
     finally:
-        started = process_tree(ui.process.pid)
+        started = process_tree(ui.process.pid) + process_tree(ui.execution_api.pid)
         ui.stop()
     left = [process for process in started if pid_alive(process)]
     assert not left, f"processes of the local UI still run after stop(): {left}"

@@ -191,6 +191,10 @@ def test_every_example_dag_triggers_from_its_form_with_the_defaults(
     assert _wait_for(local_ui, alert, {"skipped", "success", "failed", "upstream_failed"}, 180)["state"] == "skipped"
     events = [str(item.get("event", "")) for item in _task_log(local_ui, "on_tolerance_breach", run_id, "alert")]
     assert any("on_tolerance_breach was triggered by hand: no breach event came with this run" in e for e in events)
+    # The tasks reported to the execution API's own api-server, never to the UI's (see start_execution_api).
+    execution_log = local_ui.log_path.with_name("execution-api.log").read_text(errors="replace")
+    assert "path=/execution/task-instances/" in execution_log
+    assert "path=/execution/" not in local_ui.log_path.read_text(errors="replace")
     page.goto(f"{local_ui.url}/dags")
     expect(page.get_by_text("error_aware_pipeline", exact=True).first).to_be_visible()
     _screenshot(page, "trigger_dags_after.png")
