@@ -15,7 +15,10 @@ embedded default noida-db, with the local stack's client settings):
 
 Each size's input and DLQ are produced once and reused by every round; the parts alternate
 within a round. Then the job alone at ``--partitions`` source partitions (1, 8, 64) over
-``--partitions-records`` records, one input topic per count, alternating.
+``--partitions-records`` records, one input topic per count, alternating. Sizes from
+``--large-from`` (10^7) come last and run up to ``--large-rounds`` rounds: a round after the
+first starts only if, at the previous round's pace, it ends within ``--budget-minutes`` of
+the start (the JSON says how many ran, ``storage.sizes.<n>.rounds_run``, and why it stopped).
 
 Each run records its wall time, the CPU seconds of this process tree (the driver, Spark's
 JVM and Python workers, the replay's and the count's clients) and of the broker apart, the
@@ -135,17 +138,24 @@ class Stage:
         waited = wait_broker_idle(self.meter, self.broker_pid, timeout_s=300.0)
         return waited, (self.broker_ticks() - before) / self.meter.hz
 
-    def timed(self, records: int, run: Callable[[], int]) -> dict[str, Any]:
-        """One run: wall, CPU of this tree and of the broker, peak RSS, others' cores, load; what it handled."""
+    def timed(self, records: int, run: Callable[[], Outcome]) -> dict[str, Any]:
+        """One run: wall, CPU of this tree and of the broker, peak RSS, others' cores, load; what it handled.
+
+        The topics the run wrote are deleted after it is timed.
+        """
+        from spark_job import drop_topics
+
         settle_s, settle_cpu = self.settle()
         ticks_before = self.meter.tree_ticks()
         before = self.meter.sample()
         with RssPeak(os.getpid(), self.broker_pid) as rss:
             started = time.perf_counter()
-            handled = run()
+            handled, written = run()
             seconds = time.perf_counter() - started
         after = self.meter.sample()
         ticks_after = self.meter.tree_ticks()
+        if written:
+            drop_topics(self.config, written)
         hz, root = self.meter.hz, self.meter.root
         cpu_all = (ticks_after[root] - ticks_before[root]) / hz
         broker_cpu = (ticks_after[self.broker_pid] - ticks_before[self.broker_pid]) / hz if self.broker_pid else 0.0
@@ -168,33 +178,30 @@ class Stage:
         }
 
 
-def run_job(stage: Stage, topic: str, tag: str) -> int:
-    """The error-aware job over ``topic`` (``spark_job.py``'s ``error_aware`` mode); its outputs deleted after."""
-    from spark_job import dead_letter_topic, drop_topics, real_job
+#: One timed run: the records it handled, and the topics it wrote, deleted once it is timed.
+Outcome = tuple[int, list[str]]
+
+
+def run_job(stage: Stage, topic: str, tag: str) -> Outcome:
+    """The error-aware job over ``topic`` (``spark_job.py``'s ``error_aware`` mode); its sink and DLQ topics."""
+    from spark_job import dead_letter_topic, real_job
 
     sink = f"{topic}.out.{tag}"
-    try:
-        return real_job(stage.spark, stage.config, topic, sink, tag, TRANSFORMATION)
-    finally:
-        drop_topics(stage.config, [sink, dead_letter_topic(topic, tag)])
+    return real_job(stage.spark, stage.config, topic, sink, tag, TRANSFORMATION), [sink, dead_letter_topic(topic, tag)]
 
 
-def run_replay(stage: Stage, dlq: str, tag: str) -> int:
-    """The DLQ replay with its defaults into a fresh target topic (``replay.py``'s ``replay`` mode), deleted after."""
+def run_replay(stage: Stage, dlq: str, tag: str) -> Outcome:
+    """The DLQ replay with its defaults into a fresh target topic (``replay.py``'s ``replay`` mode)."""
     from confluent_kafka.admin import AdminClient
     from replay import fresh_target, replay
-    from spark_job import drop_topics
 
     from airflow_kerr.replay.options import DEFAULT_BATCH_SIZE
 
     target, group = fresh_target(AdminClient(stage.config), f"scaling.{tag}")
-    try:
-        return replay(stage.config, dlq, target, group, None, DEFAULT_BATCH_SIZE)
-    finally:
-        drop_topics(stage.config, [target])
+    return replay(stage.config, dlq, target, group, None, DEFAULT_BATCH_SIZE), [target]
 
 
-def full_count(config: dict[str, Any], dlq: str) -> int:
+def full_count(config: dict[str, Any], dlq: str) -> Outcome:
     """The view's full count: chained ``summarize`` calls with the page's bounds until complete; records read."""
     from airflow_kerr.inspection.summary import summarize
 
@@ -205,10 +212,10 @@ def full_count(config: dict[str, Any], dlq: str) -> int:
             config, dlq, cursor=chunk.cursor, max_records=COUNT_CHUNK_RECORDS, max_seconds=COUNT_CHUNK_SECONDS
         )
         read += chunk.read
-    return read
+    return read, []
 
 
-def run_part(stage: Stage, part: str, topic: str, dlq: str, tag: str) -> int:
+def run_part(stage: Stage, part: str, topic: str, dlq: str, tag: str) -> Outcome:
     """One run of ``part``: the job over ``topic``, or the replay or the full count over ``dlq``."""
     if part == "job":
         return run_job(stage, topic, tag)
@@ -298,15 +305,21 @@ def size_limits(
     return [p for p in parts if p not in skipped], skipped
 
 
-def measure_sizes(stage: Stage, args: argparse.Namespace, stamp: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every part at every size; each size's input and DLQ written once and reused by its rounds."""
+def measure_sizes(
+    stage: Stage, args: argparse.Namespace, stamp: int, sizes: list[int], storage: dict[str, Any], deadline: float
+) -> list[dict[str, Any]]:
+    """Every part at each of ``sizes``; each size's input and DLQ written once and reused by its rounds.
+
+    ``storage`` carries the broker's bytes per record from size to size (what the next size
+    would take is judged by them). A round after the first starts only if the previous one's
+    time still fits before ``deadline`` (monotonic): the JSON says how many ran and why.
+    """
     from replay import write_dlq
     from spark_job import drop_topics, produce
 
     rows: list[dict[str, Any]] = []
-    storage: dict[str, Any] = {"bytes_per_record": {}, "sizes": {}}
-    per_record: dict[str, float] = {}
-    for records in sorted(args.sizes):
+    per_record: dict[str, float] = storage["bytes_per_record"]
+    for records in sorted(sizes):
         free = disk_free_bytes(
             str(stage.broker.data_dir) if stage.broker is not None and stage.broker.data_dir else "/tmp"
         )
@@ -341,7 +354,15 @@ def measure_sizes(stage: Stage, args: argparse.Namespace, stamp: int) -> tuple[l
         storage["bytes_per_record"] = dict(per_record)
         print(f"{records:,} records: parts {parts}, {rounds} rounds; skipped {skipped}; storage {written}", flush=True)
         runs: dict[str, list[dict[str, Any]]] = {part: [] for part in parts}
+        last_round_s = 0.0
         for attempt in range(rounds):
+            if attempt > 0 and time.monotonic() + last_round_s > deadline:
+                written["rounds_stopped"] = (
+                    f"after {attempt} of {rounds}: another round ({last_round_s:.0f} s) would pass the time budget"
+                )
+                print(f"  {written['rounds_stopped']}", flush=True)
+                break
+            round_started = time.monotonic()
             stage.meter.wait_quiet(QUIET_CORES, args.quiet_timeout)
             for part in parts:
                 tag = f"{part}-{records}-{attempt}-{stamp}"
@@ -352,6 +373,8 @@ def measure_sizes(stage: Stage, args: argparse.Namespace, stamp: int) -> tuple[l
                 row["round"] = attempt
                 runs[part].append(row)
                 print_run(f"{part} {records:,} round {attempt}", row)
+            last_round_s = time.monotonic() - round_started
+        written["rounds_run"] = len(next(iter(runs.values()), []))
         for part, part_runs in runs.items():
             rows.append(
                 {
@@ -365,7 +388,7 @@ def measure_sizes(stage: Stage, args: argparse.Namespace, stamp: int) -> tuple[l
             )
         drop_topics(stage.config, [topic, source, dlq])
         stage.settle()
-    return rows, storage
+    return rows
 
 
 def measure_partitions(stage: Stage, args: argparse.Namespace, stamp: int) -> list[dict[str, Any]]:
@@ -409,8 +432,8 @@ def warm_up(stage: Stage, records: int, stamp: int) -> None:
 
     topic = f"scale.warmup.{stamp}"
     produce(stage.config, topic, records, BAD_RATIO)
-    run_job(stage, topic, f"warmup-{stamp}")
-    drop_topics(stage.config, [topic])
+    _, written = run_job(stage, topic, f"warmup-{stamp}")
+    drop_topics(stage.config, [topic, *written])
 
 
 def main() -> int:
@@ -426,6 +449,9 @@ def main() -> int:
     parser.add_argument("--disk-fraction", type=float, default=0.3, help="share of the free disk a size may take")
     parser.add_argument("--quiet-timeout", type=float, default=60.0, help="longest wait for a quiet machine a round")
     parser.add_argument("--broker", choices=("noida", "tansu"), default=None, help="embedded broker (default: noida)")
+    parser.add_argument(
+        "--budget-minutes", type=float, default=22.0, help="a large size's further rounds start only within this"
+    )
     parser.add_argument("--provisional", action="store_true", help="mark the figures provisional (a busy machine)")
     args = parser.parse_args()
 
@@ -452,12 +478,16 @@ def main() -> int:
     stamp = int(time.time())
     stage = Stage(broker, config, spark, args.quiet_timeout)
     started = time.monotonic()
+    deadline = started + args.budget_minutes * 60
+    storage: dict[str, Any] = {"bytes_per_record": {}, "sizes": {}}
     load_before = os.getloadavg()
     try:
         warm_up(stage, 50_000, stamp)
-        rows, storage = measure_sizes(stage, args, stamp)
+        # The large sizes last: the partitions are measured whole before the budget decides their rounds.
+        rows = measure_sizes(stage, args, stamp, [n for n in args.sizes if n < args.large_from], storage, deadline)
         if args.partitions:
             rows += measure_partitions(stage, args, stamp)
+        rows += measure_sizes(stage, args, stamp, [n for n in args.sizes if n >= args.large_from], storage, deadline)
     finally:
         spark.stop()
         if broker is not None:
@@ -478,6 +508,7 @@ def main() -> int:
             "rounds": args.rounds,
             "large_from": args.large_from,
             "large_rounds": args.large_rounds,
+            "budget_minutes": args.budget_minutes,
             "partitions": args.partitions,
             "partitions_records": args.partitions_records,
             "bad_ratio": BAD_RATIO,
