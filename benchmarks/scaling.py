@@ -236,19 +236,27 @@ def disk_free_bytes(path: str) -> int:
     return shutil.disk_usage(path).free
 
 
-def stored_bytes(stage: Stage, timeout_s: float = 120.0) -> int | None:
-    """The data file's size once noida-db has rewritten it after the last write (it does so a few seconds later)."""
-    first = data_dir_bytes(stage.broker)
-    if first is None:
+def stored_bytes(stage: Stage, before: int | None = None, timeout_s: float = 180.0) -> int | None:
+    """The data file's size once noida-db has rewritten it after the last write (it starts a few seconds later).
+
+    The size must differ from ``before`` (the size before the write), then hold for 3 s with the
+    broker idle: the final run's first reading at 1,000,000 dead letters, taken when the size had
+    merely held for 3 s, caught the file half rewritten (1.5 KB a record instead of 2.9).
+    """
+    if data_dir_bytes(stage.broker) is None:
         return None
     deadline = time.monotonic() + timeout_s
-    last, steady = first, 0
-    while time.monotonic() < deadline and steady < 3:
+    last, steady = -1, 0
+    while time.monotonic() < deadline:
         time.sleep(1.0)
         now = data_dir_bytes(stage.broker) or 0
-        steady = steady + 1 if now == last else 0
+        steady = steady + 1 if now == last and now != before else 0
         last = now
-    stage.settle()
+        if steady >= 3:
+            stage.settle()
+            if data_dir_bytes(stage.broker) == now:
+                return now
+            steady = 0
     return data_dir_bytes(stage.broker)
 
 
@@ -336,7 +344,7 @@ def measure_sizes(
             started = time.perf_counter()
             produce(stage.config, topic, records, BAD_RATIO)
             written["input_write_s"] = time.perf_counter() - started
-            size = stored_bytes(stage)
+            size = stored_bytes(stage, base)
             if size is not None:
                 per_record["input"] = (size - base) / records
                 written["input_bytes_on_disk"], base = size - base, size
@@ -344,7 +352,7 @@ def measure_sizes(
             started = time.perf_counter()
             write_dlq(stage.config, source, dlq, records)
             written["dlq_write_s"] = time.perf_counter() - started
-            size = stored_bytes(stage)
+            size = stored_bytes(stage, base)
             if size is not None:
                 per_record["dlq"] = (size - base) / records
                 written["dlq_bytes_on_disk"] = size - base
