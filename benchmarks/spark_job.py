@@ -51,13 +51,13 @@ MODES = ("copy", "plain", "error_aware", "vectorized")
 VECTORIZED_TRANSFORMATION = "airflow_kerr.examples.orders.validate_orders"
 
 
-def produce(config: dict[str, Any], topic: str, count: int, bad_ratio: float) -> float:
-    """Write the input with one producer; return its rate (records/s, topic creation excluded)."""
+def produce(config: dict[str, Any], topic: str, count: int, bad_ratio: float, partitions: int = 2) -> float:
+    """Write the input with one producer to a new topic of ``partitions``; its rate (records/s, creation excluded)."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient(config)
-    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
     producer = Producer(
         {**config, "linger.ms": 50, "batch.num.messages": 10000, "queue.buffering.max.messages": 500000}
     )

@@ -159,6 +159,12 @@ def read_range(
     A range ends at its planned end, or earlier at partition EOF (the last offsets
     of a transactional topic are markers no consumer sees). A broker that sends
     nothing for ``timeout_s`` fails the read rather than return a short batch.
+
+    Each ``consume`` asks for no more records than the range has left: librdkafka's
+    ``consume(n, timeout)`` returns only once it holds ``n`` messages or the timeout
+    passes, so asking for a full ``poll_batch`` at a range's tail waited out the whole
+    second for records that are not the range's, in every task (64 source partitions:
+    64 idle seconds, ``benchmarks/scaling.py``).
     """
     if offset_range.count == 0:
         return
@@ -175,8 +181,9 @@ def read_range(
         start = offset_range.start if offset_range.start >= 0 else OFFSET_BEGINNING
         consumer.assign([TopicPartition(offset_range.topic, offset_range.partition, start)])
         last_progress = time.monotonic()
+        expected = offset_range.start  # the next offset the range reads: a marker at most lies before it
         while True:
-            messages = consumer.consume(poll_batch, timeout=1.0)
+            messages = consumer.consume(_wanted(offset_range, expected, poll_batch), timeout=1.0)
             if not messages:
                 if time.monotonic() - last_progress > timeout_s:
                     raise TimeoutError(
@@ -186,6 +193,7 @@ def read_range(
                 continue
             last_progress = time.monotonic()
             last_offset = messages[-1].offset()
+            expected = last_offset + 1 if last_offset is not None and last_offset >= 0 else expected
             if last_offset is not None and last_offset < offset_range.end - 1 and not any(map(Message.error, messages)):
                 yield messages  # the common case, checked in C: no error and the range goes on past this batch
                 continue
@@ -210,6 +218,13 @@ def read_range(
                 return
     finally:
         consumer.close()
+
+
+def _wanted(offset_range: OffsetRange, expected: int, poll_batch: int) -> int:
+    """Records to ask ``consume`` for: a batch, or what is left of the range before ``expected`` reaches its end."""
+    if expected < 0:  # the range starts at the partition's beginning, wherever that is
+        return poll_batch
+    return max(1, min(poll_batch, offset_range.end - expected))
 
 
 def _arrow_schema() -> Any:

@@ -99,7 +99,7 @@ class PartitionProcessor:
         self.run_id = run_id
         self.config: ErrorHandlingConfig = spec.validate()
         self.metrics = ErrorMetrics()
-        self.channel = ProducerChannel(spec.kafka, on_omitted=self._dead_letter_omitted)
+        self.channel = ProducerChannel(spec.kafka, on_omitted=self._dead_letter_omitted, pool_key=run_id)
         registry = spec.registry_settings() if spec.schema_registry else None
         self.key_converter = make_converter(spec.key_converter, Stage.KEY_CONVERTER, registry)
         self.value_converter = make_converter(spec.value_converter, Stage.VALUE_CONVERTER, registry)
@@ -572,6 +572,7 @@ def _process_task(batches: Iterator[Any], spec_json: str, run_id: str) -> dict[s
         raise processor.fail(error) from error
     finally:
         processor.close()
+    processor.channel.release()  # flushed and succeeded: the run's next task in this worker takes its producers
     return summary | {"metrics": pickle.dumps(processor.metrics)}
 
 

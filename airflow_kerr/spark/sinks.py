@@ -12,6 +12,8 @@ import json
 import logging
 import math
 import os
+import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -75,6 +77,78 @@ def encode_value(value: Any) -> bytes | None:
     return _compact_json(value).encode("utf-8")
 
 
+class _Deliveries:
+    """A producer's ``on_delivery``: calls the channel that holds the producer now (a pooled one changes hands)."""
+
+    def __init__(self, target: Callable[[KafkaError | None, Any], None]) -> None:
+        self.target = target
+
+    def __call__(self, error: KafkaError | None, message: Any) -> None:
+        self.target(error, message)
+
+
+class ProducerPool:
+    """Idle producers a process keeps between the tasks of one run, so each task does not start its own.
+
+    Why: a new idempotent producer sends nothing until it has its producer id, and librdkafka
+    asks for it on a 500 ms timer once a broker connection is up: half a second to a second per
+    producer, two per task (sink and DLQ). Spark hands a Python worker one task after another,
+    so the job over 1,000,000 records in 64 source partitions waited that out 64 times: about
+    half its time (``benchmarks/scaling.py``). A task that succeeded gives its flushed
+    producers back (:meth:`ProducerChannel.release`); the next task of the same run with the
+    same settings takes them, with their id. Only producers with nothing queued and no
+    failure come back; one idle for :data:`POOL_IDLE_S` is closed, so nothing outlives its run
+    for long (nor keeps reconnecting to a broker that is gone).
+    """
+
+    def __init__(self, idle_s: float) -> None:
+        self.idle_s = idle_s
+        self._lock = threading.Lock()
+        self._idle: dict[str, list[tuple[float, Producer, _Deliveries]]] = {}
+
+    def take(self, key: str) -> tuple[Producer, _Deliveries] | None:
+        """An idle producer kept under ``key`` (the newest), or None."""
+        with self._lock:
+            self._expire(time.monotonic())
+            kept = self._idle.get(key)
+            if not kept:
+                return None
+            _, producer, deliveries = kept.pop()
+            return producer, deliveries
+
+    def give(self, key: str, producer: Producer, deliveries: _Deliveries) -> None:
+        """Keep ``producer`` (flushed, nothing queued) for the next task under ``key``; only one run's at a time."""
+        with self._lock:
+            now = time.monotonic()
+            for other in [k for k in self._idle if k.split("|", 1)[0] != key.split("|", 1)[0]]:
+                del self._idle[other]  # another run's: this worker has moved on
+            self._idle.setdefault(key, []).append((now, producer, deliveries))
+            self._expire(now)
+        timer = threading.Timer(self.idle_s + 0.05, self.expire)
+        timer.daemon = True
+        timer.start()
+
+    def expire(self) -> None:
+        with self._lock:
+            self._expire(time.monotonic())
+
+    def _expire(self, now: float) -> None:
+        for key in list(self._idle):
+            self._idle[key] = [entry for entry in self._idle[key] if now - entry[0] < self.idle_s]
+            if not self._idle[key]:
+                del self._idle[key]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(kept) for kept in self._idle.values())
+
+
+#: How long an idle producer is kept for the run's next task (tasks of one job follow each other within ms).
+POOL_IDLE_S = 10.0
+#: This process's idle producers (a Spark Python worker's, between its tasks).
+PRODUCER_POOL = ProducerPool(POOL_IDLE_S)
+
+
 class ProducerChannel:
     """The idempotent producers of one partition task; delivery errors are kept and raised at flush.
 
@@ -95,8 +169,15 @@ class ProducerChannel:
     """
 
     def __init__(
-        self, kafka_config: Mapping[str, Any], flush_timeout_s: float = 60.0, on_omitted: OnOmitted | None = None
+        self,
+        kafka_config: Mapping[str, Any],
+        flush_timeout_s: float = 60.0,
+        on_omitted: OnOmitted | None = None,
+        pool_key: str | None = None,
     ) -> None:
+        #: Producers are taken from and given back to PRODUCER_POOL under this key (a run's id), or never if None.
+        self.pool_key = pool_key
+        self._deliveries: dict[int, tuple[str, _Deliveries]] = {}
         self.failures: list[tuple[str, KafkaError]] = []
         #: DLQ records the broker refused for their size, written again without key and value at the next flush.
         self.oversized: list[tuple[DeadLetterQueueRecord, KafkaError]] = []
@@ -111,15 +192,39 @@ class ProducerChannel:
         self.dead_letter_spans = SpanRecorder()
 
     def _new_producer(self, kafka_config: Mapping[str, Any], *, report_deliveries: bool = False) -> Producer:
-        return Producer(
-            {
-                **kafka_config,
-                "enable.idempotence": True,
-                "linger.ms": kafka_config.get("linger.ms", 20),
-                "delivery.report.only.error": not report_deliveries,
-                "on_delivery": self._delivered,
-            }
-        )
+        """An idempotent producer: one the run's previous task gave back (see ProducerPool), else a new one."""
+        settings = {
+            **kafka_config,
+            "enable.idempotence": True,
+            "linger.ms": kafka_config.get("linger.ms", 20),
+            "delivery.report.only.error": not report_deliveries,
+        }
+        key = f"{self.pool_key}|{sorted((k, repr(v)) for k, v in settings.items())}"
+        kept = PRODUCER_POOL.take(key) if self.pool_key is not None else None
+        if kept is not None:
+            producer, deliveries = kept
+            deliveries.target = self._delivered
+        else:
+            deliveries = _Deliveries(self._delivered)
+            producer = Producer({**settings, "on_delivery": deliveries})
+        self._deliveries[id(producer)] = (key, deliveries)
+        return producer
+
+    def release(self) -> None:
+        """Give the producers back to the pool for the run's next task: only after a flush that left no failure.
+
+        A producer with records still queued, or a channel that saw a delivery fail, is not
+        given back: it is closed with the channel, as without a pool.
+        """
+        if self.pool_key is None or self.failures or self.oversized:
+            return
+        for producer in (self.producer, self.dead_letters):
+            if producer is None or len(producer) > 0:
+                continue
+            key, deliveries = self._deliveries.pop(id(producer))
+            deliveries.target = _dropped_delivery
+            PRODUCER_POOL.give(key, producer, deliveries)
+        self.dead_letters = None
 
     def open_dead_letters(self) -> Producer:
         """The DLQ records' producer, created on the first call: a job with a DLQ calls this as its task starts.
@@ -249,6 +354,12 @@ class ProducerChannel:
         if self.dead_letters is not None:
             remaining += self.dead_letters.flush(self.flush_timeout_s)
         return remaining
+
+
+def _dropped_delivery(error: KafkaError | None, message: Any) -> None:
+    """A pooled producer's reports between tasks: it had nothing queued when given back, so none is expected."""
+    if error is not None:
+        LOG.warning("a delivery report arrived for a producer between tasks: %s", error)
 
 
 def _produce_waiting(producer: Producer, topic: str, **kwargs: Any) -> None:
