@@ -28,16 +28,21 @@ the run fails saying what it committed, and the next run continues from there.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pendulum
-from airflow.sdk import DAG
+from airflow.sdk import DAG, task
 
 from airflow_kerr.operators.dlq_replay import (
     DeadLetterQueueReplayOperator,
     DlqPartitionGroupsOperator,
     arguments_from_the_form,
+    fan_out_branch,
     replay_form_params,
 )
 
+#: Retries of each mapped replay task: a retry continues from its partitions' committed offsets, exactly once.
+MAPPED_RETRIES = 2
 #: What each mapped replay task gets from the split: its partitions and its share of the rate and of Max records.
 PER_TASK = ("partitions", "max_records_per_second", "max_records")
 
@@ -54,6 +59,11 @@ with DAG(
     params=replay_form_params(),
 ) as dag:
     # One replay task, or (with "Parallel replay tasks" above 1) the DLQ's partitions split over mapped ones.
+    fan_out = task.branch(task_id="fan_out")(fan_out_branch)(
+        "{{ params.replay_tasks }}", single_task_id="replay", split_task_id="partition_groups"
+    )
+    # Each argument renders the form field of the same name: kafka_config_id="{{ params.kafka_config_id }}", ...
+    one = DeadLetterQueueReplayOperator(task_id="replay", **arguments_from_the_form())
     split = DlqPartitionGroupsOperator(
         task_id="partition_groups",
         dlq_topic="{{ params.dlq_topic }}",
@@ -62,13 +72,13 @@ with DAG(
         max_records_per_second="{{ params.max_records_per_second }}",
         max_records="{{ params.max_records }}",
         kafka_config_id="{{ params.kafka_config_id }}",
-        single_task_id="replay",
-        mapped_task_id="replay_partitions",
     )
-    # Each argument renders the form field of the same name: kafka_config_id="{{ params.kafka_config_id }}", ...
-    one = DeadLetterQueueReplayOperator(task_id="replay", **arguments_from_the_form())
-    # Each mapped task gets its partitions and its share of the rate and of Max records from the split.
+    # One mapped task per group: its partitions and its share of the rate and of Max records come from the split.
+    # A task killed with its worker is retried: the retry fences the killed try and resumes from its offsets.
     many = DeadLetterQueueReplayOperator.partial(
-        task_id="replay_partitions", **arguments_from_the_form(exclude=PER_TASK)
+        task_id="replay_partitions",
+        retries=MAPPED_RETRIES,
+        retry_delay=timedelta(seconds=5),
+        **arguments_from_the_form(exclude=PER_TASK),
     ).expand_kwargs(split.output)
-    split >> [one, many]
+    fan_out >> [one, split]

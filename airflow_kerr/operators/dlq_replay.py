@@ -14,10 +14,10 @@ fails without retrying (:mod:`airflow_kerr.operators.settings_check`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NoReturn
 
-from airflow.providers.standard.operators.branch import BaseBranchOperator
 from airflow.sdk import BaseOperator, Context, Param
 
 from airflow_kerr.compat import AirflowException
@@ -31,6 +31,8 @@ from airflow_kerr.replay.options import DEFAULT_BATCH_SIZE, InvalidReplayOptions
 from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, Action
 from airflow_kerr.replay.summary import DONE, ReplaySummary
 from airflow_kerr.replay.transactions import DEFAULT_TRANSACTION_TIMEOUT_S
+
+log = logging.getLogger(__name__)
 
 #: The operator's attribute for each replay setting: the setting's own name, except ``dry_run``, kept as
 #: ``dry_run_only`` because ``BaseOperator.dry_run`` is a method.
@@ -333,24 +335,31 @@ class DeadLetterQueueReplayOperator(BaseOperator):
             self.log.warning("the run ended before the planned end offsets: %s", "; ".join(summary.notes))
 
 
-class DlqPartitionGroupsOperator(BaseBranchOperator):
-    """Fan a replay out, or not: one replay task, or the DLQ's partitions split over ``replay_tasks`` mapped ones.
+def fan_out_branch(replay_tasks: Any, single_task_id: str = "replay", split_task_id: str = "partition_groups") -> str:
+    """The task a replay DAG's branch follows: ``single_task_id`` for one replay task, ``split_task_id`` for more.
 
-    A branch. With ``replay_tasks=1`` it follows ``single_task_id`` (an ordinary replay task, which reads
-    every partition: the replay as it always was) and reads nothing from Kafka. With more, it lists the DLQ's
-    partitions (or takes ``partitions``), returns one dict per mapped task (``partitions``,
-    ``max_records_per_second``, ``max_records``: contiguous, even groups, and each task's share of the whole
-    replay's rate limit and ``max_records``, see :func:`airflow_kerr.replay.fanout.task_arguments`; with one
-    task, an empty list) and follows ``mapped_task_id``::
+    A bad number fails the task naming it, without retrying. Use it as ``@task.branch``'s body (the example DAG does).
+    """
+    try:
+        tasks = replay_tasks_of(replay_tasks, MAX_REPLAY_TASKS)
+    except InvalidReplayOptions as error:
+        fail_on_invalid_settings(log, "DLQ replay settings", error.problems, str(error))
+    return single_task_id if tasks == 1 else split_task_id
+
+
+class DlqPartitionGroupsOperator(BaseOperator):
+    """Split a DLQ's partitions over ``replay_tasks`` mapped replay tasks: what each one gets, for ``expand_kwargs``.
+
+    Returns one dict per task (``partitions``, ``max_records_per_second``, ``max_records``): contiguous, even
+    groups of the DLQ's partitions (or of ``partitions``), and each task's share of the whole replay's rate
+    limit and ``max_records`` (:func:`airflow_kerr.replay.fanout.task_arguments`). Map the replay over it::
 
         split = DlqPartitionGroupsOperator(task_id="partition_groups", dlq_topic=..., replay_tasks=4)
-        one = DeadLetterQueueReplayOperator(task_id="replay", dlq_topic=..., ...)
-        many = DeadLetterQueueReplayOperator.partial(task_id="replay_partitions", dlq_topic=..., ...).expand_kwargs(
+        DeadLetterQueueReplayOperator.partial(task_id="replay_partitions", dlq_topic=..., ...).expand_kwargs(
             split.output
         )
-        split >> [one, many]
 
-    Bad settings fail the task, naming each one, without retrying.
+    Bad settings (or a DLQ that does not exist) fail the task, naming each one, without retrying.
 
     :param dlq_topic: the DLQ topic whose partitions are split.
     :param replay_tasks: how many mapped replay tasks (1 to 64; at most one per partition).
@@ -358,8 +367,6 @@ class DlqPartitionGroupsOperator(BaseBranchOperator):
     :param max_records_per_second: the whole replay's rate limit, shared out evenly.
     :param max_records: the whole replay's ``max_records``, shared out evenly.
     :param kafka_config_id: the apache-kafka provider's ``kafka`` connection.
-    :param single_task_id: the replay task followed with one task.
-    :param mapped_task_id: the mapped replay task followed with more.
     """
 
     template_fields: Sequence[str] = (
@@ -381,8 +388,6 @@ class DlqPartitionGroupsOperator(BaseBranchOperator):
         max_records_per_second: float | str | None = None,
         max_records: int | str | None = None,
         kafka_config_id: str = "kafka_default",
-        single_task_id: str = "replay",
-        mapped_task_id: str = "replay_partitions",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -392,28 +397,8 @@ class DlqPartitionGroupsOperator(BaseBranchOperator):
         self.max_records_per_second = max_records_per_second
         self.max_records = max_records
         self.kafka_config_id = kafka_config_id
-        self.single_task_id = single_task_id
-        self.mapped_task_id = mapped_task_id
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        """Follow one branch; return (so push as ``return_value``, what the mapped task expands) the task arguments."""
-        arguments = self.task_arguments()
-        self.do_branch(context, self._branch(arguments))
-        return arguments or []
-
-    def choose_branch(self, context: Context) -> str:
-        return self._branch(self.task_arguments())
-
-    def _branch(self, arguments: list[dict[str, Any]] | None) -> str:
-        if arguments is None:
-            self.log.info("one replay task (%s) reads every selected partition", self.single_task_id)
-            return self.single_task_id
-        for index, task in enumerate(arguments):
-            self.log.info("replay task %s[%d]: partitions %s", self.mapped_task_id, index, task["partitions"])
-        return self.mapped_task_id
-
-    def task_arguments(self) -> list[dict[str, Any]] | None:
-        """Each mapped task's arguments; None with one task (nothing to split). Fails the task on bad settings."""
         from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, topic_partitions
 
         problems: list[str] = []
@@ -427,8 +412,6 @@ class DlqPartitionGroupsOperator(BaseBranchOperator):
             )
         except InvalidReplayOptions as error:
             fail_on_invalid_settings(self.log, "DLQ replay settings", error.problems, str(error))
-        if tasks == 1:
-            return None
         consumer = offset_consumer(KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config())
         try:
             found = [p for _, p in topic_partitions(consumer, options.dlq_topic)]
@@ -442,9 +425,12 @@ class DlqPartitionGroupsOperator(BaseBranchOperator):
             problems.append(f"partitions={self.partitions!r}: {options.dlq_topic} has no partition {unknown}")
         if problems:
             fail_on_invalid_settings(self.log, "DLQ replay settings", problems, "; ".join(problems))
-        return task_arguments(
+        arguments = task_arguments(
             list(options.partitions or found),
             tasks,
             max_records_per_second=options.max_records_per_second,
             max_records=options.max_records,
         )
+        for index, task in enumerate(arguments):
+            self.log.info("replay task %d: partitions %s", index, task["partitions"] or "all")
+        return arguments

@@ -26,8 +26,13 @@ from tests.clock import RECENT_MS
 pytestmark = pytest.mark.airflow
 
 SECTIONS = {"Source", "Selection", "Fix", "Safety", "Pacing"}
-#: A run with one replay task: the split follows ``replay`` and skips the mapped ``replay_partitions``.
-ONE_TASK_SUCCEEDED = {"partition_groups": "success", "replay": "success", "replay_partitions": "skipped"}
+#: A run with one replay task: the branch follows ``replay`` and skips the split and the mapped tasks.
+ONE_TASK_SUCCEEDED = {
+    "fan_out": "success",
+    "replay": "success",
+    "partition_groups": "skipped",
+    "replay_partitions": "skipped",
+}
 
 
 @pytest.fixture
@@ -77,7 +82,7 @@ def test_the_dag_is_a_ui_form_with_sections_and_safe_defaults(load_dag: Callable
     assert "enum" in schemas["batch_size"] and "enum" in schemas["progress_interval_s"]
     assert params["transaction_timeout_s"] == 60
     assert (schemas["transaction_timeout_s"]["minimum"], schemas["transaction_timeout_s"]["maximum"]) == (1, 900)
-    assert {task.task_id for task in dag.tasks} == {"partition_groups", "replay", "replay_partitions"}
+    assert {task.task_id for task in dag.tasks} == {"fan_out", "partition_groups", "replay", "replay_partitions"}
     task = dag.get_task("replay")
     assert isinstance(task, DeadLetterQueueReplayOperator)
     assert task.transaction_timeout_s == "{{ params.transaction_timeout_s }}"
