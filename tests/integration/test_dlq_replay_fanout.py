@@ -210,3 +210,17 @@ def test_four_mapped_tasks_one_killed_and_retried_replay_or_park_every_record_ex
     assert {row["action"] for row in summary["breakdown"]} == {"replay", "park"}
     assert [task["try_number"] for task in whole["tasks"]] == [2 if i == KILLED_INDEX else 1 for i in range(TASKS)]
     assert [task["partitions"] for task in whole["tasks"]] == [[2 * i, 2 * i + 1] for i in range(TASKS)]
+
+
+def test_partitions_the_dlq_does_not_have_are_refused_before_any_record_is_read(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    from airflow_kerr.replay.engine import DlqReplay
+    from airflow_kerr.replay.options import InvalidReplayOptions, ReplayOptions
+
+    dlq = create_topic(f"{unique_topic}.dlq", 2)
+    options = ReplayOptions.build(dlq_topic=dlq, partitions="1-3")
+
+    with pytest.raises(InvalidReplayOptions, match=rf"partitions='1-3': {dlq} has no partition 2-3; it has 0-1"):
+        DlqReplay(kafka_config, options, run_id="r").run()
+    assert committed(kafka_config, f"kerr-replay.{dlq}", dlq, 2) == {0: -1001, 1: -1001}, "nothing committed"
