@@ -108,8 +108,8 @@ def merge_summaries(pieces: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One summary (the operator's XCom shape) for the whole replay, from the summaries of its tasks.
 
     Counts are added, offsets are joined (each task holds its own partitions), breakdown rows
-    with the same action, topic, stage, exception and reason are added, notes and parked
-    examples are listed in task order, and the status is the least finished piece's
+    with the same action, topic, stage, exception and reason are added, notes (each once) and
+    parked examples are listed in task order, and the status is the least finished piece's
     (``stopped`` over ``completed``). ``seconds`` is the longest piece's (they run side by
     side), so ``records_per_second`` is the whole replay's rate.
     """
@@ -129,7 +129,8 @@ def merge_summaries(pieces: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged["status"] = min(statuses, key=lambda s: _STATUS_ORDER.index(s) if s in _STATUS_ORDER else -1)
     merged["dry_run"] = any(bool(piece.get("dry_run")) for piece in pieces)
     merged["transactional_id"] = ", ".join(str(piece.get("transactional_id", "")) for piece in pieces)
-    merged["notes"] = [note for piece in pieces for note in piece.get("notes") or []]
+    # A note every task made (the parking topic a dry run would create, say) is said once.
+    merged["notes"] = list(dict.fromkeys(note for piece in pieces for note in piece.get("notes") or []))
     merged["park_examples"] = [ex for piece in pieces for ex in piece.get("park_examples") or []][:MAX_PARK_EXAMPLES]
     merged["seconds"] = max(float(piece.get("seconds") or 0.0) for piece in pieces)
     merged["records_per_second"] = round(merged["scanned"] / merged["seconds"], 1) if merged["seconds"] > 0 else 0.0

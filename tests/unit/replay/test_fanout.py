@@ -77,7 +77,7 @@ def _piece(partitions: dict[str, int], replayed: int, parked: int, status: str =
         "start_offsets": dict.fromkeys(partitions, 0),
         "end_offsets": partitions,
         "committed_offsets": partitions,
-        "notes": [f"note of {min(partitions)}"],
+        "notes": [f"note of {min(partitions)}", "parking topic 'orders.dlq.parked' does not exist"],
         "park_examples": [f"orders.dlq/{min(partitions)}/0: target_not_allowed"],
         "breakdown": [
             {"action": "replay", "topic": "orders", "stage": "TRANSFORMATION", "exception_class": "E", "reason": "",
@@ -96,4 +96,5 @@ def test_the_pieces_add_up_to_the_whole_replay() -> None:
     assert whole["status"] == "stopped", "the least finished piece says how the whole replay ended"
     assert whole["seconds"] == 4.0 and whole["records_per_second"] == 9.0, "side by side: the longest piece's time"
     assert [(row["action"], row["count"]) for row in whole["breakdown"]] == [("park", 6), ("replay", 30)]
-    assert whole["notes"] == ["note of 0", "note of 2"] and len(whole["park_examples"]) == 2
+    assert whole["notes"] == ["note of 0", "parking topic 'orders.dlq.parked' does not exist", "note of 2"]
+    assert len(whole["park_examples"]) == 2
