@@ -27,6 +27,7 @@ import json
 import multiprocessing
 import os
 import resource
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -136,7 +137,11 @@ def main() -> int:
     parser.add_argument("--quiet-timeout", type=float, default=20.0, help="longest wait for a quiet machine per round")
     parser.add_argument("--provisional", action="store_true", help="mark the figures as taken on a busy machine")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results/ alone")
+    parser.add_argument("--redraw", action="store_true", help="only draw the chart again from the results file")
     args = parser.parse_args()
+    if args.redraw:
+        redraw()
+        return 0
 
     from confluent_kafka.admin import AdminClient
 
@@ -185,6 +190,11 @@ def main() -> int:
     if not args.no_write:
         write_results(results)
     return 0
+
+
+def redraw() -> None:
+    """Draw the chart again from the results file (``--redraw``), without measuring."""
+    write_results(json.loads((RESULTS / "replay_fanout.json").read_text()))
 
 
 def summarize(records: int, runs: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -236,7 +246,8 @@ def write_results(results: dict[str, Any]) -> None:
     for bar, n in zip(bars, counts, strict=True):
         speedup = results["speedup_over_one_task"].get(f"{n} tasks / 1 task")
         text = f"{bar.get_height():,.0f}/s" + (f"\n{speedup['median']:.2f}x one task" if speedup else "")
-        left.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+        top = rates[n]["max"]  # above the error bar
+        left.annotate(text, (bar.get_x() + bar.get_width() / 2, top), ha="center", va="bottom", fontsize=8)
     left.set_xlabel("replay tasks (processes)")
     left.set_ylabel("records / s (median, min-max)")
     left.set_ylim(0, max(medians) * 1.3)
@@ -245,6 +256,16 @@ def write_results(results: dict[str, Any]) -> None:
     broker = [results["broker_cores"][n]["median"] for n in counts]
     right.bar(counts, replay, color="#1f77b4", label="replay processes")
     right.bar(counts, broker, bottom=replay, color="#bbbbbb", label="broker (Tansu)")
+    others = statistics.median(results["load"]["others_cores_per_round"])
+    right.bar(
+        counts,
+        [others] * len(counts),
+        bottom=[r + b for r, b in zip(replay, broker, strict=True)],
+        color="white",
+        edgecolor="#888888",
+        hatch="//",
+        label="others on the machine (median of the rounds)",
+    )
     right.axhline(results["machine"]["cpus"], color="#d62728", linestyle="--", linewidth=1, label="cores here")
     right.set_xlabel("replay tasks (processes)")
     right.set_ylabel("cores busy during the run (median)")
