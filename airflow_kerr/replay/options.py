@@ -222,9 +222,9 @@ def partition_set(p: list[str], value: Any, key: str = "partitions") -> tuple[in
         return None
     found: set[int] = set()
     for item in items:
-        low, _, high = item.partition("-") if isinstance(item, str) else (item, "", None)
-        ends = [_int([], key, low, 0, MAX_PARTITION), _int([], key, high, 0, MAX_PARTITION) if high else None]
-        if ends[0] is None or (high and (ends[1] is None or ends[1] < ends[0])):
+        low, dash, high = item.partition("-") if isinstance(item, str) else (item, "", None)
+        ends = [_int([], key, low, 0, MAX_PARTITION), _int([], key, high, 0, MAX_PARTITION) if dash else None]
+        if ends[0] is None or (dash and (ends[1] is None or ends[1] < ends[0])):
             p.append(f"{key}={shown(value)}: {shown(item)} is not a partition or a range; {PARTITIONS_ACCEPTED}")
             return None
         last = ends[1] if ends[1] is not None else ends[0]

@@ -40,7 +40,7 @@ from tests.integration.test_dead_letter_view_requests import client  # noqa: F40
 from tests.integration.test_dlq_replay import committed, ends, header, read_all, write_dlq
 from tests.integration.test_dlq_replay_dag import kafka_connection  # noqa: F401 - a fixture
 
-pytestmark = [pytest.mark.airflow, pytest.mark.transactions]
+pytestmark = pytest.mark.airflow
 
 PARTITIONS = 8
 TASKS = 4
@@ -151,6 +151,7 @@ def carry_on_after_the_worker_died(dag: Any) -> tuple[str, str, dict[tuple[str, 
         return run.run_id, str(run.state), tis
 
 
+@pytest.mark.transactions
 def test_four_mapped_tasks_one_killed_and_retried_replay_or_park_every_record_exactly_once(
     kafka_config: dict[str, Any],
     kafka_connection: None,  # noqa: F811 - the fixture imported above

@@ -56,7 +56,7 @@ def test_partitions_are_a_list_or_ranges_text(value: object, expected: tuple[int
     assert ReplayOptions.build(dlq_topic="orders.dlq", partitions=value).partitions == expected
 
 
-@pytest.mark.parametrize("value", ["3-1", "x", [-1], [True], {"a": 1}, "0-200000"])
+@pytest.mark.parametrize("value", ["3-1", "3-", "-2", "x", [-1], [True], {"a": 1}, "0-200000"])
 def test_bad_partitions_name_the_key_and_the_value(value: object) -> None:
     with pytest.raises(InvalidReplayOptions, match=r"partitions="):
         ReplayOptions.build(dlq_topic="orders.dlq", partitions=value)
