@@ -14,7 +14,8 @@ fails without retrying (:mod:`airflow_kerr.operators.settings_check`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NoReturn
 
 from airflow.sdk import BaseOperator, Context, Param
@@ -24,11 +25,14 @@ from airflow_kerr.hooks.kafka import KafkaClusterHook
 from airflow_kerr.operators.settings_check import fail_on_invalid_settings
 from airflow_kerr.operators.templating import is_templated
 from airflow_kerr.replay.engine import DlqReplay
-from airflow_kerr.replay.form import REPLAY_SETTINGS, TRIGGER_FORM
+from airflow_kerr.replay.fanout import replay_tasks_of, task_arguments
+from airflow_kerr.replay.form import DAG_ONLY, MAX_REPLAY_TASKS, REPLAY_SETTINGS, TRIGGER_FORM
 from airflow_kerr.replay.options import DEFAULT_BATCH_SIZE, InvalidReplayOptions, ReplayOptions
 from airflow_kerr.replay.policy import DEFAULT_MAX_REPLAYS, Action
 from airflow_kerr.replay.summary import DONE, ReplaySummary
 from airflow_kerr.replay.transactions import DEFAULT_TRANSACTION_TIMEOUT_S
+
+log = logging.getLogger(__name__)
 
 #: The operator's attribute for each replay setting: the setting's own name, except ``dry_run``, kept as
 #: ``dry_run_only`` because ``BaseOperator.dry_run`` is a method.
@@ -54,9 +58,17 @@ def replay_form_params() -> dict[str, Param]:
     }
 
 
-def arguments_from_the_form() -> dict[str, str]:
-    """The operator's arguments, each rendered from the form field of the same name (``{{ params.<name> }}``)."""
-    return {form_field.name: f"{{{{ params.{form_field.name} }}}}" for form_field in TRIGGER_FORM}
+def arguments_from_the_form(exclude: Collection[str] = ()) -> dict[str, str]:
+    """The operator's arguments, each rendered from the form field of the same name (``{{ params.<name> }}``).
+
+    The DAG's own fields (the number of replay tasks) are not arguments; ``exclude`` leaves out more, such as
+    the settings a fanned-out replay gives each mapped task (:func:`fanned_out_arguments`).
+    """
+    return {
+        form_field.name: f"{{{{ params.{form_field.name} }}}}"
+        for form_field in TRIGGER_FORM
+        if form_field.name not in DAG_ONLY and form_field.name not in exclude
+    }
 
 
 class DeadLetterQueueReplayOperator(BaseOperator):
@@ -106,6 +118,9 @@ class DeadLetterQueueReplayOperator(BaseOperator):
     :param dry_run: write and commit nothing; report what would be replayed (attribute ``dry_run_only``).
     :param batch_size: records per transaction (capped at one second's worth when rate-limited).
     :param progress_interval_s: seconds between progress lines in the log.
+    :param partitions: read and commit only these DLQ partitions (a list, or ``0-3,7`` text; default all). A
+        fanned-out replay maps this operator over groups of partitions (:class:`DlqPartitionGroupsOperator`); a
+        mapped task's ``transactional.id`` carries its map index, so its retry fences its killed try.
     :param transaction_timeout_s: the budget of one transaction (begin to commit, retries included; 1-900 s,
         default 60), also set as the producer's ``transaction.timeout.ms``. Every transactional call waits at
         most the time left of it; when it runs out the broker is taken as unreachable, the open transaction is
@@ -146,6 +161,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         batch_size: int | str = DEFAULT_BATCH_SIZE,
         progress_interval_s: float | str = 5.0,
         transaction_timeout_s: float | str = DEFAULT_TRANSACTION_TIMEOUT_S,
+        partitions: Sequence[int] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -176,6 +192,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         self.batch_size = batch_size
         self.progress_interval_s = progress_interval_s
         self.transaction_timeout_s = transaction_timeout_s
+        self.partitions = partitions
         self._engine: DlqReplay | None = None
         #: What the OpenLineage facets report, set by ``execute``: bootstrap servers, topics and the summary.
         self._lineage: dict[str, Any] | None = None
@@ -192,6 +209,17 @@ class DeadLetterQueueReplayOperator(BaseOperator):
         ti = context.get("ti")
         return f"{self.dag_id}/{getattr(dag_run, 'run_id', 'manual')}/{self.task_id}/{getattr(ti, 'try_number', 1)}"
 
+    def transactional_id_prefix(self, context: Context) -> str:
+        """``kerr-replay.<dag>.<task>``, and ``.<map index>`` for a mapped task: the same for every try of it.
+
+        The engine appends the DLQ topic and the partitions, so each mapped task has its own id and its
+        retry, with the same id, fences the try before it (whose open transaction is then aborted).
+        """
+        ti = context.get("ti")
+        map_index = getattr(ti, "map_index", -1)
+        mapped = f".{map_index}" if isinstance(map_index, int) and map_index >= 0 else ""
+        return f"kerr-replay.{self.dag_id}.{self.task_id}{mapped}"
+
     def execute(self, context: Context) -> dict[str, Any]:
         try:
             options = self.options()
@@ -204,7 +232,7 @@ class DeadLetterQueueReplayOperator(BaseOperator):
                 config,
                 options,
                 run_id=self.lineage_run_id(context),
-                transactional_id_prefix=f"kerr-replay.{self.dag_id}.{self.task_id}",
+                transactional_id_prefix=self.transactional_id_prefix(context),
                 log=self.log,
                 schema_registry=self._registry_settings(options),
             )
@@ -305,3 +333,104 @@ class DeadLetterQueueReplayOperator(BaseOperator):
             self.log.info("max_records reached; the next run continues from the committed offsets")
         elif summary.status == "idle":
             self.log.warning("the run ended before the planned end offsets: %s", "; ".join(summary.notes))
+
+
+def fan_out_branch(replay_tasks: Any, single_task_id: str = "replay", split_task_id: str = "partition_groups") -> str:
+    """The task a replay DAG's branch follows: ``single_task_id`` for one replay task, ``split_task_id`` for more.
+
+    A bad number fails the task naming it, without retrying. Use it as ``@task.branch``'s body (the example DAG does).
+    """
+    try:
+        tasks = replay_tasks_of(replay_tasks, MAX_REPLAY_TASKS)
+    except InvalidReplayOptions as error:
+        fail_on_invalid_settings(log, "DLQ replay settings", error.problems, str(error))
+    return single_task_id if tasks == 1 else split_task_id
+
+
+class DlqPartitionGroupsOperator(BaseOperator):
+    """Split a DLQ's partitions over ``replay_tasks`` mapped replay tasks: what each one gets, for ``expand_kwargs``.
+
+    Returns one dict per task (``partitions``, ``max_records_per_second``, ``max_records``): contiguous, even
+    groups of the DLQ's partitions (or of ``partitions``), and each task's share of the whole replay's rate
+    limit and ``max_records`` (:func:`airflow_kerr.replay.fanout.task_arguments`). Map the replay over it::
+
+        split = DlqPartitionGroupsOperator(task_id="partition_groups", dlq_topic=..., replay_tasks=4)
+        DeadLetterQueueReplayOperator.partial(task_id="replay_partitions", dlq_topic=..., ...).expand_kwargs(
+            split.output
+        )
+
+    Bad settings (or a DLQ that does not exist) fail the task, naming each one, without retrying.
+
+    :param dlq_topic: the DLQ topic whose partitions are split.
+    :param replay_tasks: how many mapped replay tasks (1 to 64; at most one per partition).
+    :param partitions: split only these DLQ partitions (a list, or ``0-3,7`` text; default all).
+    :param max_records_per_second: the whole replay's rate limit, shared out evenly.
+    :param max_records: the whole replay's ``max_records``, shared out evenly.
+    :param kafka_config_id: the apache-kafka provider's ``kafka`` connection.
+    """
+
+    template_fields: Sequence[str] = (
+        "dlq_topic",
+        "replay_tasks",
+        "partitions",
+        "max_records_per_second",
+        "max_records",
+        "kafka_config_id",
+    )
+    ui_color = "#f6e7db"
+
+    def __init__(
+        self,
+        *,
+        dlq_topic: str,
+        replay_tasks: int | str = 1,
+        partitions: Sequence[int] | str | None = None,
+        max_records_per_second: float | str | None = None,
+        max_records: int | str | None = None,
+        kafka_config_id: str = "kafka_default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.dlq_topic = dlq_topic
+        self.replay_tasks = replay_tasks
+        self.partitions = partitions
+        self.max_records_per_second = max_records_per_second
+        self.max_records = max_records
+        self.kafka_config_id = kafka_config_id
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        from airflow_kerr.kafka.offsets import OffsetLookupError, offset_consumer, topic_partitions
+
+        problems: list[str] = []
+        try:
+            tasks = replay_tasks_of(self.replay_tasks, MAX_REPLAY_TASKS)
+            options = ReplayOptions.build(
+                dlq_topic=self.dlq_topic,
+                partitions=self.partitions,
+                max_records_per_second=self.max_records_per_second,
+                max_records=self.max_records,
+            )
+        except InvalidReplayOptions as error:
+            fail_on_invalid_settings(self.log, "DLQ replay settings", error.problems, str(error))
+        consumer = offset_consumer(KafkaClusterHook(kafka_config_id=self.kafka_config_id).client_config())
+        try:
+            found = [p for _, p in topic_partitions(consumer, options.dlq_topic)]
+        except OffsetLookupError as error:
+            problems.append(f"dlq_topic={options.dlq_topic!r}: {error}")
+            found = []
+        finally:
+            consumer.close()
+        unknown = sorted(set(options.partitions or ()) - set(found))
+        if found and unknown:
+            problems.append(f"partitions={self.partitions!r}: {options.dlq_topic} has no partition {unknown}")
+        if problems:
+            fail_on_invalid_settings(self.log, "DLQ replay settings", problems, "; ".join(problems))
+        arguments = task_arguments(
+            list(options.partitions or found),
+            tasks,
+            max_records_per_second=options.max_records_per_second,
+            max_records=options.max_records,
+        )
+        for index, task in enumerate(arguments):
+            self.log.info("replay task %d: partitions %s", index, task["partitions"] or "all")
+        return arguments

@@ -66,6 +66,7 @@ from airflow_kerr.inspection.samples import sample_dead_letters
 from airflow_kerr.inspection.selection import InvalidSelection, Selection
 from airflow_kerr.inspection.summary import summarize
 from airflow_kerr.kafka.offsets import OffsetLookupError
+from airflow_kerr.plugins.replay_summaries import replays_of_run
 from airflow_kerr.plugins.run_dead_letters import TaskDeadLetters, dead_letters_of_run, offsets_on, task_of_job_run
 from airflow_kerr.replay.form import TRIGGER_FORM
 
@@ -352,7 +353,7 @@ async def dead_letters_page(user: GetUserDep) -> FileResponse:
 
 @app.get("/replay-summary", response_class=HTMLResponse, include_in_schema=False)
 async def replay_summary_page(user: GetUserDep) -> FileResponse:
-    """A DAG run's replay summary, read from the run's XCom through Airflow's API by the page itself."""
+    """A DAG run's replay summary: the page reads it from ``/api/replay-summary`` (mapped tasks added up)."""
     return FileResponse(STATIC / "replay_summary.html", headers={"Cache-Control": "no-store"})
 
 
@@ -407,6 +408,23 @@ async def settings(user: GetUserDep) -> dict[str, Any]:
             for field in TRIGGER_FORM
         ],
     }
+
+
+@app.get("/api/replay-summary")
+async def replay_summary(
+    user: GetUserDep,
+    dag_id: Annotated[str, Query(min_length=1, max_length=MAX_CONN_ID_CHARS)],
+    run_id: Annotated[str, Query(min_length=1, max_length=MAX_CONN_ID_CHARS)],
+) -> dict[str, Any]:
+    """A DAG run's replays, each as one summary: a fanned-out replay's mapped tasks added up (Replay summary tab)."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    if not get_auth_manager().is_authorized_dag(
+        method="GET", access_entity=DagAccessEntity.XCOM, details=DagDetails(id=dag_id), user=user
+    ):
+        raise HTTPException(403, f"You may not read the XCom of DAG {dag_id!r}, which holds its replays' summaries.")
+    replays = await run_in_threadpool(replays_of_run, dag_id, run_id)
+    return _shown({"dag_id": dag_id, "run_id": run_id, "replays": replays})
 
 
 @app.get("/api/topics")

@@ -161,6 +161,13 @@ REPLAY_FORM: tuple[FormField, ...] = (
         "The Dead letters tab of a job run fills this with the offsets that run wrote.",
         SELECTION,
     ),
+    _text(
+        "partitions",
+        "DLQ partitions",
+        "Only these partitions of the DLQ, as 0-3,7. Empty: every partition. With several parallel replay tasks "
+        "they are split between them.",
+        SELECTION,
+    ),
     FormField(
         "header_match",
         {},
@@ -284,9 +291,28 @@ REPLAY_FORM: tuple[FormField, ...] = (
     ),
 )
 
-#: The whole trigger form, in order: the task's two connections, then every replay setting. The DAG's Params and
-#: the DLQ view's replay dialog are both built from it, so the view offers every field the DAG takes.
-TRIGGER_FORM: tuple[FormField, ...] = (CONNECTION, REGISTRY_CONNECTION, *REPLAY_FORM)
+#: The most mapped replay tasks the form offers: more than a DLQ's partitions is never useful, and each task
+#: holds a producer and a consumer on the cluster.
+MAX_REPLAY_TASKS = 64
+
+#: How many mapped tasks share the DLQ's partitions: a setting of the DAG (its fan-out), not of one replay task.
+REPLAY_TASKS = FormField(
+    "replay_tasks",
+    1,
+    {"type": "integer", "minimum": 1, "maximum": MAX_REPLAY_TASKS},
+    "Parallel replay tasks",
+    "Split the DLQ's partitions over this many mapped replay tasks, each with its own transaction and the replay "
+    "group's offsets of its partitions; the executor runs them side by side. The rate limit and Max records are "
+    "shared out between them. 1: one task, as before. At most one task per partition.",
+    PACING,
+)
+
+#: The whole trigger form, in order: the task's two connections, every replay setting, then the fan-out. The DAG's
+#: Params and the DLQ view's replay dialog are both built from it, so the view offers every field the DAG takes.
+TRIGGER_FORM: tuple[FormField, ...] = (CONNECTION, REGISTRY_CONNECTION, *REPLAY_FORM, REPLAY_TASKS)
+
+#: The trigger form's fields that are not the operator's arguments (the DAG's fan-out reads them).
+DAG_ONLY: frozenset[str] = frozenset({REPLAY_TASKS.name})
 
 #: The replay settings' names, in the form's order: ``ReplayOptions.build``'s keyword arguments.
 REPLAY_SETTINGS: tuple[str, ...] = tuple(form_field.name for form_field in REPLAY_FORM)

@@ -79,6 +79,9 @@ class ReplayOptions:
     key_format: str | None = None
     value_format: str | None = None
     reencode_with: str = "record"
+    #: The DLQ partitions this run reads and commits (None: all of them). A fanned-out replay gives each
+    #: mapped task its own group of partitions (:mod:`airflow_kerr.replay.fanout`).
+    partitions: tuple[int, ...] | None = None
 
     @property
     def formats(self) -> dict[str, str]:
@@ -115,6 +118,7 @@ class ReplayOptions:
         batch_size: Any = DEFAULT_BATCH_SIZE,
         progress_interval_s: Any = 5.0,
         transaction_timeout_s: Any = DEFAULT_TRANSACTION_TIMEOUT_S,
+        partitions: Any = None,
     ) -> ReplayOptions:
         """Validate raw values (None and "" mean unset); raise :class:`InvalidReplayOptions` listing every problem.
 
@@ -122,7 +126,8 @@ class ReplayOptions:
         (ASCII digits), within the key's range (offsets and counts up to int64); numbers as
         finite int, float or decimal text; times as epoch milliseconds (0 to :data:`MAX_TIME_MS`),
         a ``datetime`` or ISO-8601 text (naive means UTC); lists as a list, tuple or set, or
-        comma-separated text, every item set; ``transaction_timeout_s`` from 1 to 900 seconds.
+        comma-separated text, every item set; ``transaction_timeout_s`` from 1 to 900 seconds;
+        ``partitions`` as a list of partition numbers or ``0-3,7`` text.
         """
         p: list[str] = []
         dlq = _topic(p, "dlq_topic", dlq_topic, required=True) or ""
@@ -194,10 +199,44 @@ class ReplayOptions:
             key_format=_format(p, "key_format", key_format),
             value_format=_format(p, "value_format", value_format),
             reencode_with=_choice(p, "reencode_with", reencode_with, REENCODE_CHOICES) or "record",
+            partitions=partition_set(p, partitions),
         )
         if p:
             raise InvalidReplayOptions(p)
         return options
+
+
+#: The most partitions a topic can have (Kafka's partition number is an int32).
+MAX_PARTITION = 2**31 - 1
+PARTITIONS_ACCEPTED = "expected DLQ partition numbers, as a list or as text such as 0-3,7"
+
+
+def partition_set(p: list[str], value: Any, key: str = "partitions") -> tuple[int, ...] | None:
+    """Partition numbers, sorted and unique, from a list of integers or ``0-3,7`` text; None when unset."""
+    if _unset(value) or (isinstance(value, _LISTS) and not value):
+        return None
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    items = value.split(",") if isinstance(value, str) else [value] if whole else value
+    if not isinstance(items, _LISTS):
+        p.append(f"{key}={shown(value)}: {PARTITIONS_ACCEPTED}")
+        return None
+    found: set[int] = set()
+    for item in items:
+        low, dash, high = item.partition("-") if isinstance(item, str) else (item, "", None)
+        ends = [_int([], key, low, 0, MAX_PARTITION), _int([], key, high, 0, MAX_PARTITION) if dash else None]
+        if ends[0] is None or (dash and (ends[1] is None or ends[1] < ends[0])):
+            p.append(f"{key}={shown(value)}: {shown(item)} is not a partition or a range; {PARTITIONS_ACCEPTED}")
+            return None
+        last = ends[1] if ends[1] is not None else ends[0]
+        if last - ends[0] > MAX_PARTITION_SPAN:
+            p.append(f"{key}={shown(value)}: {shown(item)} spans more than {MAX_PARTITION_SPAN} partitions")
+            return None
+        found.update(range(ends[0], last + 1))
+    return tuple(sorted(found))
+
+
+#: The widest range ``partitions`` takes (no topic has more partitions than this in practice).
+MAX_PARTITION_SPAN = 100_000
 
 
 def _format(p: list[str], key: str, value: Any) -> str | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from airflow_kerr.kafka.offset_spans import hull
@@ -67,6 +67,8 @@ class Preflight:
         self._known_topics: dict[str, bool] = {}
         self._listed_partitions: dict[str, list[int]] = {}
         self._metadata: Consumer | None = None
+        #: How many partitions the whole DLQ has (a fanned-out task reads only some of them).
+        self.dlq_partition_count = 0
         self._admin: AdminClient | None = None
         #: Records too large to write: checked before producing, learnt from the broker's refusals.
         self.sizes = SizeLimits(message_max_bytes(self.kafka_config), self._topic_max_message_bytes)
@@ -134,6 +136,15 @@ class Preflight:
                     f"source_topics={sorted(o.selection.source_topics)!r}: {missing!r} do not exist, so their "
                     "records cannot go back; create them or set target_topic"
                 )
+        self.dlq_partition_count = len(partitions)
+        if o.partitions is not None and partitions:
+            unknown = sorted(set(o.partitions) - set(partitions))
+            if unknown:
+                problems.append(
+                    f"partitions={partition_ranges(o.partitions)!r}: {o.dlq_topic} has no partition "
+                    f"{partition_ranges(unknown)}; it has {partition_ranges(partitions)}"
+                )
+            partitions = [p for p in partitions if p in o.partitions]
         if problems:
             raise InvalidReplayOptions(problems)
         return partitions
@@ -247,10 +258,18 @@ class Preflight:
         if self.options.dry_run:
             summary.notes.append(f"parking topic {name!r} does not exist; a real run creates it")
             return
+        count = max(self.dlq_partition_count, len(plan.partitions))
         admin = AdminClient(self.kafka_config)
-        admin.create_topics([NewTopic(name, len(plan.partitions))])[name].result(self.timeout_s)
+        try:
+            admin.create_topics([NewTopic(name, count)])[name].result(self.timeout_s)
+        except KafkaException as error:
+            # Replay tasks of one fanned-out replay start together: another one may have created it first.
+            if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+            self._known_topics[name] = True
+            return
         self._known_topics[name] = True
-        summary.notes.append(f"created parking topic {name!r} with {len(plan.partitions)} partitions")
+        summary.notes.append(f"created parking topic {name!r} with {count} partitions")
         self.log.info("created the parking topic %s", name)
 
     # -- the clients -----------------------------------------------------------------------------------

@@ -26,6 +26,13 @@ from tests.clock import RECENT_MS
 pytestmark = pytest.mark.airflow
 
 SECTIONS = {"Source", "Selection", "Fix", "Safety", "Pacing"}
+#: A run with one replay task: the branch follows ``replay`` and skips the split and the mapped tasks.
+ONE_TASK_SUCCEEDED = {
+    "fan_out": "success",
+    "replay": "success",
+    "partition_groups": "skipped",
+    "replay_partitions": "skipped",
+}
 
 
 @pytest.fixture
@@ -75,17 +82,28 @@ def test_the_dag_is_a_ui_form_with_sections_and_safe_defaults(load_dag: Callable
     assert "enum" in schemas["batch_size"] and "enum" in schemas["progress_interval_s"]
     assert params["transaction_timeout_s"] == 60
     assert (schemas["transaction_timeout_s"]["minimum"], schemas["transaction_timeout_s"]["maximum"]) == (1, 900)
-    (task,) = dag.tasks
+    assert {task.task_id for task in dag.tasks} == {"fan_out", "partition_groups", "replay", "replay_partitions"}
+    task = dag.get_task("replay")
     assert isinstance(task, DeadLetterQueueReplayOperator)
     assert task.transaction_timeout_s == "{{ params.transaction_timeout_s }}"
+    assert dag.get_task("replay_partitions").operator_class is DeadLetterQueueReplayOperator
 
 
 def test_every_form_field_is_the_operator_argument_of_the_same_name(load_dag: Callable[[str], Any]) -> None:
     """One name per setting in the form and the operator (``kafka_config_id``, as every operator says)."""
-    (task,) = load_dag("dlq_replay").tasks
+    dag = load_dag("dlq_replay")
+    task, split, mapped = (dag.get_task(t) for t in ("replay", "partition_groups", "replay_partitions"))
     attribute = {"dry_run": "dry_run_only"}  # BaseOperator.dry_run is a method
-    for name in task.dag.params:
+    per_task = {"partitions", "max_records_per_second", "max_records"}  # each mapped task's share, from the split
+    for name in dag.params:
+        if name == "replay_tasks":
+            assert split.replay_tasks == "{{ params.replay_tasks }}"
+            continue
         assert getattr(task, attribute.get(name, name)) == f"{{{{ params.{name} }}}}", name
+        if name in per_task:
+            assert getattr(split, name) == f"{{{{ params.{name} }}}}", name
+        else:
+            assert mapped.partial_kwargs[name] == f"{{{{ params.{name} }}}}", name
 
 
 def test_the_default_run_is_a_dry_run_that_writes_nothing(
@@ -99,7 +117,7 @@ def test_the_default_run_is_a_dry_run_that_writes_nothing(
 
     states = run_dag(load_dag("dlq_replay"), dlq_topic=dlq_topic)
 
-    assert states == {"replay": "success"}
+    assert states == ONE_TASK_SUCCEEDED
     assert end(kafka_config, source) == 0 and group_offset(kafka_config, dlq_topic) < 0
 
 
@@ -121,7 +139,7 @@ def test_a_run_from_the_form_replays_the_repaired_records(
         max_records_per_second=None,
     )
 
-    assert states == {"replay": "success"}
+    assert states == ONE_TASK_SUCCEEDED
     assert end(kafka_config, source) >= 20
     assert group_offset(kafka_config, dlq_topic) == end(kafka_config, dlq_topic) == 20
 
@@ -142,7 +160,8 @@ def test_bad_settings_from_the_form_fail_the_task_before_any_record_is_read(
         {"target_topic": "no-such-topic"},
     ):
         # A fresh DAG each time: Param.resolve keeps the last run's value in the DAG object.
-        assert run_dag(load_dag("dlq_replay"), dlq_topic=dlq_topic, dry_run=False, **conf) == {"replay": "failed"}
+        states = run_dag(load_dag("dlq_replay"), dlq_topic=dlq_topic, dry_run=False, **conf)
+        assert states == {**ONE_TASK_SUCCEEDED, "replay": "failed"}
 
     assert group_offset(kafka_config, dlq_topic) < 0
 

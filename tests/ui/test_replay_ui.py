@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import pytest
 
@@ -68,7 +69,11 @@ def _trigger_from_the_form(ui: LocalUI, page: Any, dlq: str, group: str) -> str:
     run_id = unquote(page.url.rsplit("/runs/", 1)[1])
     ui.wait_for_run("dlq_replay", run_id, "replay", RUN_TIMEOUT_S)
     # The page refreshes itself while the run is active: wait until it shows the end, not the start.
-    expect(page.get_by_role("table").get_by_text("Success", exact=True)).to_be_visible(timeout=60_000)
+    # The replay task's row (the run's table also lists the fan-out branch and the skipped mapped tasks).
+    replay_row = (
+        page.get_by_role("table").get_by_role("row").filter(has=page.get_by_role("link", name="replay", exact=True))
+    )
+    expect(replay_row.get_by_text("Success", exact=True)).to_be_visible(timeout=60_000)
     expect(page.get_by_text("Running", exact=True)).to_have_count(0, timeout=60_000)
     _screenshot(page, "dlq_replay_run.png")
 
@@ -107,3 +112,46 @@ def test_trigger_a_dry_run_replay_from_the_form(local_ui: LocalUI, browser_page:
     assert summary["would_replay"] == DEAD_LETTERS and summary["replayed"] == 0, "a dry run says what it would do"
     assert summary["transactions"] == 0 and summary["committed_offsets"] == {}
     assert end_offsets({"bootstrap.servers": kafka_bootstrap}, [(source, 0)])[(source, 0)] == 0
+
+
+def test_a_fanned_out_replay_shows_as_one_replay_in_the_summary_tab(
+    local_ui: LocalUI,
+    browser_page: Any,
+    kafka_bootstrap: str,
+    sign_in: Callable[[Any, str], None],
+) -> None:
+    """Two mapped replay tasks over a 4-partition DLQ: the Replay summary tab adds them up, then lists them."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from playwright.sync_api import expect
+
+    suffix = uuid.uuid4().hex[:8]
+    source, dlq = f"ui-fanout-{suffix}", f"ui-fanout-{suffix}.dlq"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.create_topics([NewTopic(dlq, 4, 1), NewTopic(source, 1, 1)]).values():
+        future.result(30)
+    seed_dead_letters(kafka_bootstrap, dlq, source_topic=source, count=DEAD_LETTERS)
+    conf = {"dlq_topic": dlq, "replay_group": f"kerr-replay.ui-fanout-{suffix}", "dry_run": True, "replay_tasks": 2}
+    with local_ui.api() as api:
+        run = api.post("/dags/dlq_replay/dagRuns", json={"logical_date": None, "conf": conf}).raise_for_status().json()
+    run_id = run["dag_run_id"]
+    local_ui.wait_for_run("dlq_replay", run_id, "replay_partitions", RUN_TIMEOUT_S)
+
+    page = browser_page
+    try:
+        sign_in(page, "/")
+        page.get_by_role("button", name="Browse").wait_for(timeout=60_000)  # signed in: Airflow's menu shows
+        page.goto(f"{local_ui.url}/kerr/replay-summary?dag_id=dlq_replay&run_id={quote(run_id)}")
+        expect(page.get_by_role("heading", level=2)).to_have_text(
+            f"replay_partitions: dry run of {dlq} (completed): nothing was written", timeout=60_000
+        )
+        expect(page.get_by_role("heading", level=2)).to_have_count(1)  # one replay, not two pieces
+        would_replay = page.locator(".totals > div", has=page.get_by_text("would replay", exact=True))
+        expect(would_replay).to_contain_text(str(DEAD_LETTERS))
+        tasks = page.get_by_role("table", name="Mapped replay tasks").locator("tbody tr")
+        expect(tasks).to_have_count(2)
+        expect(tasks.nth(0)).to_contain_text("replay_partitions[0]0, 1success1completed")
+        expect(tasks.nth(1)).to_contain_text("replay_partitions[1]2, 3success1completed")
+        _screenshot(page, "dlq_replay_fanout_summary.png")
+    except BaseException:
+        _screenshot(page, "dlq_replay_fanout_failure.png")
+        raise

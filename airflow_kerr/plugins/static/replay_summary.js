@@ -1,10 +1,10 @@
 // A DAG run's replay summary as a person reads it: what was (or, in a dry run, would be) replayed, parked and
-// dropped, by exception class and action. It reads the run's task instances and their XCom through Airflow's REST
-// API with the user's own session, so Airflow's permissions apply as on its own pages.
+// dropped, by exception class and action. It reads /kerr/api/replay-summary with the user's own session (the route
+// asks Airflow whether the user may read the DAG's XCom): one summary per replay, a fanned-out replay's mapped
+// tasks already added up, each task listed below it.
 "use strict";
 
-const AIRFLOW = location.pathname.replace(/\/kerr\/replay-summary\/?$/, "");
-const REPLAY_OPERATOR = "DeadLetterQueueReplayOperator";
+const KERR = location.pathname.replace(/\/replay-summary\/?$/, "");
 const COUNTS = [
   ["scanned", "read"],
   ["selected", "selected"],
@@ -31,10 +31,19 @@ function element(tag, attributes = {}, ...children) {
   return node;
 }
 
-async function api(path) {
-  const response = await fetch(`${AIRFLOW}/api/v2${path}`, { credentials: "same-origin" });
-  if (!response.ok) throw Object.assign(new Error(`${response.status} ${response.statusText}`), { status: response.status });
-  return response.json();
+async function replaysOf(dag, run) {
+  const query = new URLSearchParams({ dag_id: dag, run_id: run });
+  const response = await fetch(`${KERR}/api/replay-summary?${query}`, { credentials: "same-origin" });
+  if (!response.ok) {
+    let detail = `${response.status} ${response.statusText}`;
+    try {
+      detail = (await response.json()).detail || detail;
+    } catch (error) {
+      // not JSON: the status line says enough
+    }
+    throw new Error(detail);
+  }
+  return (await response.json()).replays;
 }
 
 const number = (n) => Number(n).toLocaleString("en-US");
@@ -76,6 +85,36 @@ function render(taskId, summary) {
   return section;
 }
 
+// The mapped tasks of a fanned-out replay, one row each, below the whole replay's figures.
+function piecesOf(replay) {
+  const rows = replay.tasks.map((task) =>
+    element(
+      "tr",
+      {},
+      element("td", { text: `${replay.task_id}[${task.map_index}]` }),
+      element("td", { text: task.partitions.length ? task.partitions.join(", ") : "–" }),
+      element("td", { text: task.state || "not started" }),
+      element("td", { class: "num", text: String(task.try_number) }),
+      element("td", { text: task.status || "no summary yet" }),
+    ),
+  );
+  const table = element(
+    "table",
+    { "aria-label": "Mapped replay tasks" },
+    element("thead", {}, element("tr", {}, ...["Task", "DLQ partitions", "State", "Try", "Replay status"].map((t) => element("th", { text: t })))),
+    element("tbody", {}, ...rows),
+  );
+  const nodes = [element("h3", { text: `${replay.tasks.length} mapped replay tasks` }), table];
+  const reported = replay.tasks.filter((task) => task.status).length;
+  if (reported < replay.tasks.length) {
+    nodes.push(element("p", { class: "note", text: `${reported} of ${replay.tasks.length} tasks have reported; the figures above grow as the others finish.` }));
+  }
+  if (replay.tasks.some((task) => task.try_number > 1)) {
+    nodes.push(element("p", { class: "note", text: "A retried task counts what its last try read; what an earlier try committed is behind the committed offsets and was not read again." }));
+  }
+  return nodes;
+}
+
 async function start() {
   const params = new URLSearchParams(location.search);
   const dag = params.get("dag_id");
@@ -85,23 +124,24 @@ async function start() {
     status.textContent = "Open this tab from a DAG run.";
     return;
   }
-  const base = `/dags/${encodeURIComponent(dag)}/dagRuns/${encodeURIComponent(run)}`;
   try {
-    const { task_instances: tasks } = await api(`${base}/taskInstances`);
-    const replays = tasks.filter((t) => t.operator === REPLAY_OPERATOR || t.operator_name === REPLAY_OPERATOR);
+    const replays = await replaysOf(dag, run);
     if (!replays.length) {
       status.textContent = "This run has no DLQ replay task, so there is no replay summary.";
       return;
     }
     const found = [];
-    for (const task of replays) {
-      try {
-        const xcom = await api(`${base}/taskInstances/${encodeURIComponent(task.task_id)}/xcomEntries/return_value`);
-        const value = typeof xcom.value === "string" ? JSON.parse(xcom.value) : xcom.value;
-        found.push(render(task.task_id, value));
-      } catch (error) {
-        found.push(element("p", { class: "note", text: `${task.task_id} (${task.state || "not started"}): no summary yet.` }));
+    for (const replay of replays) {
+      const mapped = replay.tasks.some((task) => task.map_index >= 0);
+      if (!replay.summary) {
+        const states = [...new Set(replay.tasks.map((task) => task.state || "not started"))].join(", ");
+        found.push(element("p", { class: "note", text: `${replay.task_id} (${states}): no summary yet.` }));
+        if (mapped) found.push(...piecesOf(replay));
+        continue;
       }
+      const section = render(replay.task_id, replay.summary);
+      if (mapped) section.append(...piecesOf(replay));
+      found.push(section);
     }
     status.textContent = "";
     document.getElementById("summaries").replaceChildren(...found);

@@ -10,7 +10,7 @@ from airflow_kerr.operators.dlq_replay import (
     arguments_from_the_form,
     replay_form_params,
 )
-from airflow_kerr.replay.form import REPLAY_FORM, REPLAY_SETTINGS
+from airflow_kerr.replay.form import DAG_ONLY, REPLAY_FORM, REPLAY_SETTINGS
 from airflow_kerr.replay.options import ReplayOptions
 
 
@@ -42,9 +42,10 @@ def test_the_form_defaults_are_valid_settings_and_a_safe_dry_run() -> None:
 
 def test_every_form_field_renders_into_the_operator_argument_of_the_same_name() -> None:
     params, arguments = replay_form_params(), arguments_from_the_form()
-    assert list(params) == list(arguments) == ["kafka_config_id", "schema_registry_conn_id", *REPLAY_SETTINGS]
+    assert list(arguments) == ["kafka_config_id", "schema_registry_conn_id", *REPLAY_SETTINGS]
+    assert list(params) == [*arguments, *DAG_ONLY], "the DAG's own fields (its fan-out) come last"
     operator = DeadLetterQueueReplayOperator(task_id="replay", **arguments)
-    for name in params:
+    for name in arguments:
         assert getattr(operator, ATTRIBUTES.get(name, name)) == f"{{{{ params.{name} }}}}", name
     assert all(params[name].description and params[name].schema.get("section") for name in params)
 
