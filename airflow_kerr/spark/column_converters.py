@@ -327,15 +327,20 @@ def _parse_json_objects(raw: pa.Array, value_type: pa.DataType | None) -> pa.Arr
 
     Wrapping each value as ``{"r": <row>, "v": <value>}`` guards against a truncated value
     swallowing the next line, and costs about as much as the parse itself. It is not needed
-    when no value holds a newline: a joined text with exactly ``n - 1`` newlines can only
-    break where the values meet, so line ``i`` is value ``i``, and ``n`` rows back means
-    every line held one object. Nulls, values that are not objects, and any parse failure
-    are left to the wrapped parse, which names the failure.
+    when no value holds a newline and each starts with ``{``: a joined text with exactly
+    ``n - 1`` newlines can only break where the values meet, so line ``i`` is value ``i``;
+    no line is blank, so none gives no row, and ``n`` rows back means every line held one
+    object. (A blank value beside one holding two objects, ``{..}{..}``, also gave ``n``
+    rows, shifting values between records: Hypothesis found it.) Nulls, values that are not
+    objects, and any parse failure are left to the wrapped parse, which names the failure.
     """
     count = len(raw)
     if raw.null_count or (value_type is not None and not pa.types.is_struct(value_type)):
         return None
-    text = _joined(pc.cast(raw, pa.binary()))
+    values = pc.cast(raw, pa.binary())
+    if not pc.all(pc.starts_with(values, pattern="{")).as_py():
+        return None
+    text = _joined(values)
     if int(np.count_nonzero(np.frombuffer(text, np.uint8) == _NEWLINE)) != count - 1:
         return None
     schema = None if value_type is None else pa.schema(list(value_type))
