@@ -36,7 +36,7 @@ Settings (``[kerr]`` in airflow.cfg, or ``AIRFLOW__KERR__*``): ``dead_letter_top
 (comma-separated DLQ topics always listed; others are discovered by their error
 headers), ``dead_letter_view_conn_id`` (default ``kafka_default``),
 ``dead_letter_view_registry_conn_id`` (default ``schema_registry_default``),
-``replay_dag_id`` (default ``dlq_replay``), ``dead_letter_view_max_reads`` (default 4: reads of
+``replay_dag_id`` (default ``dlq_replay``), ``dead_letter_view_max_reads`` (default 2: reads of
 Kafka at once per api-server worker) and ``dead_letter_view_queue_seconds`` (default 10: how long
 a request waits for one before a 429 with ``Retry-After``).
 
@@ -82,6 +82,7 @@ from airflow_kerr.plugins.shared_reads import (
     NEXT_CHUNK_TTL_S,
     SHORT_TTL_S,
     Busy,
+    Read,
     SharedReads,
 )
 from airflow_kerr.replay.form import TRIGGER_FORM
@@ -96,7 +97,7 @@ MAX_SAMPLES = 100
 #: Seconds the samples route reads for at most (``sample_dead_letters``'s ``max_seconds``).
 SAMPLES_SECONDS = 2.0
 #: Reads of Kafka at once per api-server worker, and seconds a request waits for one (then a 429), by default.
-DEFAULT_MAX_READS = 4
+DEFAULT_MAX_READS = 2
 DEFAULT_QUEUE_SECONDS = 10.0
 #: The longest a request to each route takes while the broker answers each look-up within its timeout: the
 #: wait for a read slot, the look-ups that fix a read's range, then the read's own bound (a summary's first
@@ -138,17 +139,25 @@ class ViewSettings:
             replay_dag_id=conf.get(CONFIG_SECTION, "replay_dag_id", fallback="dlq_replay") or "dlq_replay",
             schema_registry_conn_id=registry or "schema_registry_default",
             max_reads=_setting(
-                "dead_letter_view_max_reads", DEFAULT_MAX_READS, int, "a whole number of reads at once, 1 or more"
+                "dead_letter_view_max_reads",
+                conf.get(CONFIG_SECTION, "dead_letter_view_max_reads", fallback=""),
+                DEFAULT_MAX_READS,
+                int,
+                "a whole number of reads at once, 1 or more",
             ),
             queue_seconds=_setting(
-                "dead_letter_view_queue_seconds", DEFAULT_QUEUE_SECONDS, float, "seconds to wait, 0 or more"
+                "dead_letter_view_queue_seconds",
+                conf.get(CONFIG_SECTION, "dead_letter_view_queue_seconds", fallback=""),
+                DEFAULT_QUEUE_SECONDS,
+                float,
+                "seconds to wait, 0 or more",
             ),
         )
 
 
-def _setting(name: str, default: float, kind: Callable[[str], Any], accepted: str) -> Any:
+def _setting(name: str, raw: str | None, default: float, kind: Callable[[str], Any], accepted: str) -> Any:
     """A numeric ``[kerr]`` setting, its default when unset; a bad one raises :class:`InvalidViewSetting` naming it."""
-    raw = conf.get(CONFIG_SECTION, name, fallback="") or ""
+    raw = raw or ""
     if not raw.strip():
         return kind(str(default))
     try:
@@ -397,10 +406,15 @@ async def _read(function: Any, *args: Any, **kwargs: Any) -> Any:
         raise HTTPException(502, f"Kafka did not answer: {error.args[0] if error.args else error}") from None
 
 
-def _rendered(render: Callable[[Any], dict[str, Any]], function: Any, *args: Any, **kwargs: Any) -> bytes:
-    """Read, then mask and encode the answer as the route sends it: in the worker thread, once per shared answer."""
+def _rendered(render: Callable[[Any], dict[str, Any]], function: Any, *args: Any, **kwargs: Any) -> Read:
+    """Read, then mask and encode the answer as the route sends it: in the worker thread, once per shared answer.
+
+    A summary chunk that read nothing (its consumer's records had not come yet) may not be kept:
+    it hands back the cursor it was asked with, and kept, that cursor would answer itself.
+    """
     answer = _shown(render(function(*args, **kwargs)))
-    return json.dumps(answer, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    keep = not (answer.get("read") == 0 and answer.get("cursor") is not None)
+    return json.dumps(answer, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(), keep
 
 
 def _as_dict(result: Any) -> dict[str, Any]:
@@ -415,14 +429,11 @@ async def _shared(
     Every slot taken for the whole wait is a 429 with ``Retry-After``, which the page waits
     out and asks again; the read's own errors are :func:`_read`'s.
     """
-    try:
-        view = ViewSettings.from_airflow()
-    except InvalidViewSetting as error:  # the deployment's configuration, not the request: say which setting
-        raise HTTPException(500, str(error)) from None
+    view = ViewSettings.from_airflow()
 
-    async def read() -> bytes:
-        body: bytes = await _read(_rendered, render, function, *args, **kwargs)
-        return body
+    async def read() -> Read:
+        answer: Read = await _read(_rendered, render, function, *args, **kwargs)
+        return answer
 
     try:
         body = await SHARED.answer(key, ttl_s, view.max_reads, view.queue_seconds, read)
@@ -610,6 +621,12 @@ async def readable_errors(request: Request, error: HTTPException) -> JSONRespons
         )
     detail = mask_text(error.detail) if isinstance(error.detail, str) else mask_secrets(error.detail, by_key=False)
     return JSONResponse({"detail": detail}, status_code=error.status_code, headers=error.headers)
+
+
+@app.exception_handler(InvalidViewSetting)
+async def misconfigured(request: Request, error: InvalidViewSetting) -> JSONResponse:
+    """A ``[kerr]`` setting the view cannot use: the deployment's error, not the request's, so a 500 naming it."""
+    return JSONResponse({"detail": mask_text(str(error))}, status_code=500)
 
 
 class DeadLetterViewPlugin(AirflowPlugin):

@@ -28,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 #: Seconds a first summary chunk is shared: whoever opens the DLQ within them follows the same scan (whose
@@ -42,6 +43,10 @@ SHORT_TTL_S = 5.0
 MAX_KEPT = 64
 #: What a 429 tells the page to wait before asking again.
 RETRY_AFTER_S = 2
+
+
+#: What a read returns: the answer's body, and whether it may be kept for those who ask next.
+Read = tuple[bytes, bool]
 
 
 class Busy(Exception):
@@ -92,12 +97,14 @@ class SharedReads:
         return key in self._under_way
 
     async def answer(
-        self, key: Hashable, ttl_s: float, limit: int, wait_s: float, read: Callable[[], Awaitable[bytes]]
+        self, key: Hashable, ttl_s: float, limit: int, wait_s: float, read: Callable[[], Awaitable[Read]]
     ) -> bytes:
         """The answer to ``key``: kept, joined from a read under way, or read now within the bound.
 
-        Raises :class:`Busy` when no slot freed within ``wait_s``, and whatever ``read`` raised
-        (to everyone who waited for it).
+        ``read`` returns the body and whether it may be kept (for ``ttl_s``): a summary chunk
+        that read nothing (its records not fetched yet) is not, or everyone asking its cursor
+        again would get the same cursor back until it expired. Raises :class:`Busy` when no
+        slot freed within ``wait_s``, and whatever ``read`` raised (to everyone who waited for it).
         """
         self._bind()
         kept = self._kept.get(key)
@@ -117,22 +124,21 @@ class SharedReads:
         return await asyncio.shield(task)
 
     async def _lead(
-        self, key: Hashable, ttl_s: float, limit: int, wait_s: float, read: Callable[[], Awaitable[bytes]]
+        self, key: Hashable, ttl_s: float, limit: int, wait_s: float, read: Callable[[], Awaitable[Read]]
     ) -> bytes:
         try:
-            await self._acquire(limit, wait_s)
-            try:
+            async with self.slot(limit, wait_s):
                 self.stats.reads += 1
-                body = await read()
-            finally:
-                await self._release()
-            if ttl_s > 0:
+                body, keep = await read()
+            if keep and ttl_s > 0:
                 self._keep(key, body, ttl_s)
             return body
         finally:
             self._under_way.pop(key, None)
 
-    async def _acquire(self, limit: int, wait_s: float) -> None:
+    @asynccontextmanager
+    async def slot(self, limit: int, wait_s: float) -> AsyncIterator[None]:
+        """Hold one of ``limit`` read slots: at once if one is free, else after up to ``wait_s`` (or :class:`Busy`)."""
         slots = self._bind()
         async with slots:
             if self.active >= max(1, limit):
@@ -145,12 +151,12 @@ class SharedReads:
                     self.stats.busy += 1
                     raise Busy(limit, wait_s) from None
             self.active += 1
-
-    async def _release(self) -> None:
-        slots = self._bind()
-        async with slots:
-            self.active -= 1
-            slots.notify_all()
+        try:
+            yield
+        finally:
+            async with slots:
+                self.active -= 1
+                slots.notify_all()
 
     def _keep(self, key: Hashable, body: bytes, ttl_s: float) -> None:
         now = self._clock()
