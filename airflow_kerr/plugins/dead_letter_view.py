@@ -74,7 +74,13 @@ from airflow_kerr.inspection.registry_values import RegistryValues
 from airflow_kerr.inspection.samples import sample_dead_letters
 from airflow_kerr.inspection.scan_consumers import config_identity
 from airflow_kerr.inspection.selection import InvalidSelection, Selection
-from airflow_kerr.inspection.summary import NEWEST_FIRST_S, summarize
+from airflow_kerr.inspection.summary import (
+    NEWEST_FIRST_S,
+    DeadLetterSummaryChunk,
+    counting_selection,
+    refigured,
+    summarize,
+)
 from airflow_kerr.kafka.offsets import OffsetLookupError
 from airflow_kerr.plugins.run_dead_letters import TaskDeadLetters, dead_letters_of_run, offsets_on, task_of_job_run
 from airflow_kerr.plugins.shared_reads import (
@@ -406,39 +412,41 @@ async def _read(function: Any, *args: Any, **kwargs: Any) -> Any:
         raise HTTPException(502, f"Kafka did not answer: {error.args[0] if error.args else error}") from None
 
 
-def _rendered(render: Callable[[Any], dict[str, Any]], function: Any, *args: Any, **kwargs: Any) -> Read:
-    """Read, then mask and encode the answer as the route sends it: in the worker thread, once per shared answer.
-
-    A summary chunk that read nothing (its consumer's records had not come yet) may not be kept:
-    it hands back the cursor it was asked with, and kept, that cursor would answer itself.
-    """
-    answer = _shown(render(function(*args, **kwargs)))
-    keep = not (answer.get("read") == 0 and answer.get("cursor") is not None)
-    return json.dumps(answer, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(), keep
+def _encoded(answer: dict[str, Any]) -> bytes:
+    """An answer as the route sends it: masked (:func:`_shown`), then JSON as FastAPI would write it."""
+    return json.dumps(_shown(answer), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
-def _as_dict(result: Any) -> dict[str, Any]:
-    return dict(result.to_dict())
+def _read_and_prepare(prepare: Callable[[Any], Read], function: Any, *args: Any, **kwargs: Any) -> Read:
+    """Read, then prepare what is shared (encoded bytes, or a summary chunk) and whether it may be kept."""
+    return prepare(function(*args, **kwargs))
 
 
-async def _shared(
-    key: Hashable, ttl_s: float, render: Callable[[Any], dict[str, Any]], function: Any, *args: Any, **kwargs: Any
-) -> Response:
+def _as_bytes(result: Any) -> Read:
+    return _encoded(dict(result.to_dict())), True
+
+
+async def _shared(key: Hashable, ttl_s: float, prepare: Callable[[Any], Read], function: Any, *args: Any,
+                  **kwargs: Any) -> Any:  # fmt: skip
     """One bounded read answered to everyone asking ``key`` (:mod:`~airflow_kerr.plugins.shared_reads`).
 
-    Every slot taken for the whole wait is a 429 with ``Retry-After``, which the page waits
-    out and asks again; the read's own errors are :func:`_read`'s.
+    ``function`` reads in a worker thread and ``prepare`` turns its result into what is
+    shared, there too. Every slot taken for the whole wait is a 429 with ``Retry-After``,
+    which the page waits out and asks again; the read's own errors are :func:`_read`'s.
     """
     view = ViewSettings.from_airflow()
 
     async def read() -> Read:
-        answer: Read = await _read(_rendered, render, function, *args, **kwargs)
+        answer: Read = await _read(_read_and_prepare, prepare, function, *args, **kwargs)
         return answer
 
     try:
-        body = await SHARED.answer(key, ttl_s, view.max_reads, view.queue_seconds, read)
+        return await SHARED.answer(key, ttl_s, view.max_reads, view.queue_seconds, read)
     except Busy as busy:
         raise HTTPException(429, str(busy), headers={"Retry-After": str(busy.retry_after_s)}) from None
+
+
+def _json(body: bytes) -> Response:
     return Response(body, media_type="application/json")
 
 
@@ -515,14 +523,16 @@ async def settings(user: GetUserDep) -> dict[str, Any]:
 async def topics(kafka_config: KafkaConfig) -> Response:
     """The configured DLQ topics and those found by their error headers."""
     configured = ViewSettings.from_airflow().dead_letter_topics
-    return await _shared(
+    # Shared while under way, never kept: a DLQ created a moment ago is listed at once.
+    body = await _shared(
         ("topics", config_identity(kafka_config), configured),
-        SHORT_TTL_S,
-        lambda found: {"topics": [topic.to_dict() for topic in found]},
+        0.0,
+        lambda found: (_encoded({"topics": [topic.to_dict() for topic in found]}), True),
         list_dead_letter_queues,
         kafka_config,
         configured,
     )
+    return _json(body)
 
 
 @app.get("/api/run")
@@ -545,24 +555,32 @@ async def summary(
 ) -> Response:
     """One bounded chunk of counts (a delta: the page adds chunks up); ``cursor`` continues where one ended.
 
-    Shared: everyone who asks the same chunk gets one read's answer, a first chunk for
-    :data:`~airflow_kerr.plugins.shared_reads.FIRST_CHUNK_TTL_S` (so they follow one scan's cursors).
+    Shared: the scan reads by the selection's time, offsets and run only
+    (:func:`~airflow_kerr.inspection.summary.counting_selection`), so everyone looking at the
+    DLQ, whatever value they filter on, follows one scan's cursors; each answer applies its own
+    value filter to the chunk's tally. A first chunk is kept for
+    :data:`~airflow_kerr.plugins.shared_reads.FIRST_CHUNK_TTL_S`, a following one for
+    :data:`~airflow_kerr.plugins.shared_reads.NEXT_CHUNK_TTL_S`; one that read nothing (its
+    records had not come yet) is not kept, as it hands back the cursor it was asked with.
     """
     selection = _selection(request, run, topic)
-    key = ("summary", config_identity(kafka_config), _topic(topic), selection.fingerprint(), cursor or None,
+    counting = counting_selection(selection)
+    key = ("summary", config_identity(kafka_config), _topic(topic), counting.fingerprint(), cursor or None,
            max_records, max_seconds)  # fmt: skip
-    return await _shared(
+    chunk: DeadLetterSummaryChunk = await _shared(
         key,
         NEXT_CHUNK_TTL_S if cursor else FIRST_CHUNK_TTL_S,
-        _as_dict,
+        lambda chunk: (chunk, not (chunk.read == 0 and chunk.cursor is not None)),
         summarize,
         kafka_config,
         topic,
-        selection=selection,
+        selection=counting,
         cursor=cursor or None,
         max_records=max_records,
         max_seconds=max_seconds,
     )
+    body = await run_in_threadpool(lambda: _encoded(dict(refigured(chunk, selection).to_dict())))
+    return _json(body)
 
 
 @app.get("/api/topics/{topic}/backlog")
@@ -576,7 +594,7 @@ async def backlog(topic: str, kafka_config: KafkaConfig, group: str) -> Response
         )
     # Shared while under way, never kept: the page watches a replay's backlog go down.
     key = ("backlog", config_identity(kafka_config), _topic(topic), group)
-    return await _shared(key, 0.0, _as_dict, unread_for_group, kafka_config, topic, group)
+    return _json(await _shared(key, 0.0, _as_bytes, unread_for_group, kafka_config, topic, group))
 
 
 @app.get("/api/topics/{topic}/samples")
@@ -598,10 +616,10 @@ async def samples(
         request.query_params.get("schema_registry_conn_id") or ViewSettings.from_airflow().schema_registry_conn_id
     )
     key = ("samples", config_identity(kafka_config), registry_id, _topic(topic), selection.fingerprint(), limit)
-    return await _shared(
+    body = await _shared(
         key,
         SHORT_TTL_S,
-        _as_dict,
+        _as_bytes,
         sample_dead_letters,
         kafka_config,
         topic,
@@ -610,6 +628,7 @@ async def samples(
         max_seconds=SAMPLES_SECONDS,
         registry=registry,
     )
+    return _json(body)
 
 
 @app.exception_handler(HTTPException)

@@ -12,15 +12,16 @@ grew by gigabytes, a look-up timed out into a 502 and a full count took minutes
   for a few seconds (:data:`FIRST_CHUNK_TTL_S` and the other TTLs) for those who ask just
   after. The first summary chunk fixes a scan's end offsets and its cursor, so everyone who
   opened the DLQ within those seconds follows the same cursors, and every later chunk is one
-  read for all of them;
+  read for all of them (whatever value each filters on: the view counts by the selection's
+  ranges only and applies value filters to the chunk's tally);
 - **bounded**: at most ``limit`` reads run at once in the process; a request that finds every
   slot taken waits up to ``wait_s`` for one, then gets :class:`Busy` (the view answers 429 with
   ``Retry-After``; the page waits and asks again), never a 5xx.
 
-An answer is kept as the JSON bytes the route sends, masked already, so a shared answer costs
-no work on the event loop. Errors are shared with those waiting but never kept. The state
-belongs to the running event loop (one per api-server worker); a new loop starts empty. It
-imports no Airflow.
+An answer is kept as the route prepared it in the read's worker thread (the JSON bytes it
+sends, masked already, or a summary chunk), so a shared answer costs little on the event loop.
+Errors are shared with those waiting but never kept. The state belongs to the running event
+loop (one per api-server worker); a new loop starts empty. It imports no Airflow.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 #: Seconds a first summary chunk is shared: whoever opens the DLQ within them follows the same scan (whose
 #: total is then up to this old).
@@ -45,8 +47,8 @@ MAX_KEPT = 64
 RETRY_AFTER_S = 2
 
 
-#: What a read returns: the answer's body, and whether it may be kept for those who ask next.
-Read = tuple[bytes, bool]
+#: What a read returns: the answer to share, and whether it may be kept for those who ask next.
+Read = tuple[Any, bool]
 
 
 class Busy(Exception):
@@ -79,8 +81,8 @@ class SharedReads:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Condition | None = None
         self.active = 0
-        self._under_way: dict[Hashable, asyncio.Task[bytes]] = {}
-        self._kept: OrderedDict[Hashable, tuple[float, bytes]] = OrderedDict()
+        self._under_way: dict[Hashable, asyncio.Task[Any]] = {}
+        self._kept: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()
         self.stats = ReadStats()
 
     def _bind(self) -> asyncio.Condition:
@@ -98,7 +100,7 @@ class SharedReads:
 
     async def answer(
         self, key: Hashable, ttl_s: float, limit: int, wait_s: float, read: Callable[[], Awaitable[Read]]
-    ) -> bytes:
+    ) -> Any:
         """The answer to ``key``: kept, joined from a read under way, or read now within the bound.
 
         ``read`` returns the body and whether it may be kept (for ``ttl_s``): a summary chunk
@@ -125,7 +127,7 @@ class SharedReads:
 
     async def _lead(
         self, key: Hashable, ttl_s: float, limit: int, wait_s: float, read: Callable[[], Awaitable[Read]]
-    ) -> bytes:
+    ) -> Any:
         try:
             async with self.slot(limit, wait_s):
                 self.stats.reads += 1
@@ -158,7 +160,7 @@ class SharedReads:
                 self.active -= 1
                 slots.notify_all()
 
-    def _keep(self, key: Hashable, body: bytes, ttl_s: float) -> None:
+    def _keep(self, key: Hashable, body: Any, ttl_s: float) -> None:
         now = self._clock()
         for stale in [k for k, (until, _) in self._kept.items() if until <= now]:
             del self._kept[stale]

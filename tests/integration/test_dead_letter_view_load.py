@@ -92,41 +92,52 @@ async def until(condition: Any) -> None:
     raise AssertionError("the condition never held")
 
 
-async def ask_together(view: Any, client: httpx.AsyncClient, path: str, params: dict[str, Any]) -> list[Any]:
-    """PEOPLE identical requests, all asked while another read holds the only slot, so all wait for one read."""
+async def ask_together(view: Any, client: httpx.AsyncClient, path: str, params: list[dict[str, Any]]) -> list[Any]:
+    """One request per ``params``, all asked while another read holds the only slot: they wait for one read."""
     shared = view.SHARED
     async with shared.slot(1, 0.0):
         joined = shared.stats.joined
-        asking = [asyncio.ensure_future(client.get(path, params=params)) for _ in range(PEOPLE)]
-        await until(lambda: shared.stats.joined == joined + PEOPLE - 1)
+        asking = [asyncio.ensure_future(client.get(path, params=p)) for p in params]
+        await until(lambda: shared.stats.joined == joined + len(params) - 1)
     return list(await asyncio.gather(*asking))
 
 
-async def test_ten_people_counting_one_dlq_are_one_scan_and_get_exact_counts(
+async def test_ten_people_counting_one_dlq_are_one_scan_whatever_they_filter_on(
     view: Any, client: httpx.AsyncClient, dlq: str
 ) -> None:
-    """Ten pages counting at once: one read per chunk, everyone the same answer and cursor, the counts exact."""
+    """Ten pages counting at once, half of them filtering on KeyError: one read per chunk, the same cursors for all,
+    and each filter's counts exact."""
     path = f"/api/topics/{dlq}/summary"
-    counted: Counter[str] = Counter()
-    params: dict[str, Any] = {"max_records": 100}
+    filters: list[dict[str, Any]] = [{}, {"exception_class": "KeyError"}] * (PEOPLE // 2)
+    counted: dict[str, Counter[str]] = {"": Counter(), "KeyError": Counter()}
+    matched: Counter[str] = Counter()
+    cursor: str | None = None
     chunks = 0
     while True:
+        params = [{**f, "max_records": 100, **({"cursor": cursor} if cursor else {})} for f in filters]
         answers = await ask_together(view, client, path, params)
         assert {r.status_code for r in answers} == {200}, [r.text for r in answers if r.status_code != 200]
-        assert len({r.content for r in answers}) == 1, "everyone got the one read's answer"
-        chunk = answers[0].json()
-        counted.update(chunk["counts"]["exception_class"])
+        pairs = list(zip(answers, filters, strict=True))
+        by_filter = {f.get("exception_class", ""): {r.content for r, g in pairs if g == f} for f in filters}
+        assert all(len(bodies) == 1 for bodies in by_filter.values()), "one answer per filter"
+        chunk = {name: json.loads(next(iter(bodies))) for name, bodies in by_filter.items()}
+        assert chunk[""]["cursor"] == chunk["KeyError"]["cursor"], "both filters follow one scan"
+        for name, answer in chunk.items():
+            counted[name].update(answer["counts"]["exception_class"])
+            matched[name] += answer["matched"]
         chunks += 1
-        if chunk["cursor"] is None:
+        cursor = chunk[""]["cursor"]
+        if cursor is None:
             break
-        params = {"max_records": 100, "cursor": chunk["cursor"]}
     assert chunks >= 3, "the count took several chunks, each shared"
-    assert view.SHARED.stats.reads == chunks, "one read per chunk for ten people"
-    assert counted == {"KeyError": RECORDS // 3, "ValueError": RECORDS - RECORDS // 3}
+    assert view.SHARED.stats.reads == chunks, "one read per chunk for ten people and two filters"
+    assert counted[""] == {"KeyError": RECORDS // 3, "ValueError": RECORDS - RECORDS // 3}
+    assert counted["KeyError"] == {"KeyError": RECORDS // 3}
+    assert matched == {"": RECORDS, "KeyError": RECORDS // 3}
 
 
 async def test_ten_people_opening_the_samples_are_one_read(view: Any, client: httpx.AsyncClient, dlq: str) -> None:
-    answers = await ask_together(view, client, f"/api/topics/{dlq}/samples", {"limit": 7})
+    answers = await ask_together(view, client, f"/api/topics/{dlq}/samples", [{"limit": 7}] * PEOPLE)
     assert {r.status_code for r in answers} == {200}
     assert len({r.content for r in answers}) == 1
     assert len(answers[0].json()["records"]) == 7 and view.SHARED.stats.reads == 1
