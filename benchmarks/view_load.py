@@ -9,9 +9,12 @@ loaded; ``kafka_default`` pointing at the broker) serves the view on loopback.
 Each round: ``--idle-s`` seconds of health probes alone (the baseline), then the load: each
 of ``--users`` clients (httpx, asynchronous) makes ``--visits`` page visits, one after
 another, as the page does: the 20 newest examples (``/samples``), then summary chunks chained
-by cursor until the count is complete (``/summary``, the page's default bounds). Visit 0 looks at
-the whole DLQ; each later visit picks one exception class (user ``i`` the ``i % 4``-th), so
-the users ask for five different scans between them. Meanwhile a prober asks Airflow's own
+by cursor until the count is complete (``/summary``, the page's default bounds, except that round
+``r`` asks for chunks of 200,000 - ``r`` records, so that no round is answered from what the view
+kept for the previous one). Visit 0 looks at the whole DLQ; each later visit picks one
+exception class (user ``i`` the ``(i + visit) % 4``-th), so the pages show five different
+selections between them (counted by one scan, value filters applied to its tally; sampled
+five times). Meanwhile a prober asks Airflow's own
 ``/api/v2/monitor/health`` every 0.2 s, and a sampler reads the api-server's RSS (its
 process tree) every 0.5 s. A request that gets a 429 waits its ``Retry-After`` and asks
 again, as the page does; the 429 is counted.
@@ -22,7 +25,8 @@ code (no 5xx allowed), and whether every request ended within its stated bound
 (``airflow_kerr.plugins.dead_letter_view.REQUEST_BOUND_S`` when the product defines one,
 else ``--bound-s``). Figures are the median (min-max) over ``--rounds`` (default 5); before
 each round the script waits for a quiet machine (``machine_load.CpuMeter``) and records what
-others used during it. Nothing is asserted.
+others used during it. After the last round RSS is followed for ``--settle-s`` more (the view's
+kept scan consumers close after 30 s unused). Nothing is asserted.
 
 Writes ``benchmarks/results/view_load.json`` and ``view_load.png``.
 
@@ -59,6 +63,8 @@ HEALTH_GOAL_S = 1.0
 QUIET_CORES = 0.3
 PROBE_EVERY_S = 0.2
 RSS_EVERY_S = 0.5
+#: The summary chunk size the page asks for (the route's default).
+PAGE_MAX_RECORDS = 200_000
 #: A chained count that has not completed after this many chunks is abandoned (it never happened so far).
 MAX_CHUNKS = 500
 #: Times one request is asked again after a 429 before the client gives up on it.
@@ -177,6 +183,9 @@ class Load:
     def __init__(self, url: str, token: str, topic: str, users: int, visits: int, server_pid: int) -> None:
         self.url, self.token, self.topic = url, token, topic
         self.users, self.visits, self.server_pid = users, visits, server_pid
+        #: The page's default chunk size, less the round's number: no round reads the answers the view kept
+        #: for the previous one (a following chunk is kept 60 s), as each asks a question of its own.
+        self.max_records = PAGE_MAX_RECORDS
         self.requests: list[dict[str, Any]] = []
         self.health: list[tuple[float, float, int]] = []
         self.rss: list[tuple[float, float]] = []
@@ -221,10 +230,12 @@ class Load:
                 chosen = {} if visit == 0 else {"exception_class": CLASSES[(index + visit) % len(CLASSES)]}
                 opened = time.monotonic()
                 sample = await self.get(client, "samples", {**chosen, "limit": 20})
-                chunk = await self.get(client, "summary", dict(chosen))
+                chunk = await self.get(client, "summary", {**chosen, "max_records": self.max_records})
                 chunks, matched = 1, chunk.get("matched", 0)
                 while chunk.get("cursor") and chunks < MAX_CHUNKS:
-                    chunk = await self.get(client, "summary", {**chosen, "cursor": chunk["cursor"]})
+                    chunk = await self.get(
+                        client, "summary", {**chosen, "max_records": self.max_records, "cursor": chunk["cursor"]}
+                    )
                     chunks += 1
                     matched += chunk.get("matched", 0)
                 self.visits_done.append(
@@ -257,14 +268,14 @@ class Load:
             self.rss.append((time.monotonic() - self.started, tree_rss_mib(self.server_pid)))
             await asyncio.sleep(RSS_EVERY_S)
 
-    async def run(self, idle_s: float) -> dict[str, float]:
+    async def run(self, idle_s: float, settle_s: float) -> dict[str, float]:
         stop = asyncio.Event()
         background = [asyncio.create_task(self.probe(stop)), asyncio.create_task(self.sample_rss(stop))]
         await asyncio.sleep(idle_s)
         load_started = time.monotonic() - self.started
         await asyncio.gather(*(self.user(i) for i in range(self.users)))
         load_ended = time.monotonic() - self.started
-        await asyncio.sleep(2.0)  # the memory a moment after the load
+        await asyncio.sleep(max(2.0, settle_s))  # the memory after the load (kept consumers close after 30 s)
         stop.set()
         await asyncio.gather(*background)
         return {"load_started": load_started, "load_ended": load_ended}
@@ -280,10 +291,14 @@ def request_bounds(default_s: float) -> dict[str, float]:
     return {"summary": default_s, "samples": default_s}
 
 
-def one_round(server: ApiServer, token: str, topic: str, args: argparse.Namespace, bounds: dict[str, float]) -> dict:
+def one_round(
+    server: ApiServer, token: str, topic: str, args: argparse.Namespace, bounds: dict[str, float], index: int
+) -> dict[str, Any]:
     assert server.process is not None
     load = Load(server.url, token, topic, args.users, args.visits, server.process.pid)
-    marks = asyncio.run(load.run(args.idle_s))
+    load.max_records = PAGE_MAX_RECORDS - index
+    last = index == args.rounds - 1
+    marks = asyncio.run(load.run(args.idle_s, args.settle_s if last else 0.0))
     idle = [s for at, s, _ in load.health if at < marks["load_started"]]
     loaded = [s for at, s, _ in load.health if marks["load_started"] <= at < marks["load_ended"]]
     routes: dict[str, Any] = {}
@@ -321,7 +336,9 @@ def one_round(server: ApiServer, token: str, topic: str, args: argparse.Namespac
         "rss_mib": {
             "before": statistics.median(before) if before else 0.0,
             "peak": max(during, default=0.0),
+            "after_2s": next((mib for at, mib in load.rss if at >= marks["load_ended"] + 2.0), 0.0),
             "after": load.rss[-1][1] if load.rss else 0.0,
+            "after_s": (load.rss[-1][0] - marks["load_ended"]) if load.rss else 0.0,
         },
         "visits": {
             "count": len(load.visits_done),
@@ -348,6 +365,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--idle-s", type=float, default=5.0, help="health probes alone before each round's load")
     parser.add_argument("--bound-s", type=float, default=30.0, help="a request's bound when the view states none")
+    parser.add_argument(
+        "--settle-s", type=float, default=40.0, help="after the last round, how long RSS is followed (default 40)"
+    )
     parser.add_argument("--quiet-timeout", type=float, default=300.0)
     parser.add_argument("--provisional", action="store_true", help="mark the results as provisional")
     args = parser.parse_args()
@@ -372,7 +392,7 @@ def main() -> int:
                 if args.quiet_timeout > 0:
                     waited, quiet = meter.wait_quiet(QUIET_CORES, args.quiet_timeout)
                 before = meter.sample()
-                row = one_round(server, token, topic, args, bounds)
+                row = one_round(server, token, topic, args, bounds, index)
                 row.update(
                     round=index,
                     waited_for_quiet_s=waited,
@@ -428,7 +448,7 @@ def summarize_rounds(
         "samples_p99_s": over(("routes", "samples", "p99_s")),
         "rss_before_mib": over(("rss_mib", "before")),
         "rss_peak_mib": over(("rss_mib", "peak")),
-        "rss_after_mib": over(("rss_mib", "after")),
+        "rss_after_2s_mib": over(("rss_mib", "after_2s")),
         "load_s": over(("load_s",)),
         "others_cores": over(("others_cores",)),
         "load_average_1m": over(("load_average_1m",)),
@@ -450,6 +470,8 @@ def summarize_rounds(
             "python": platform.python_version(),
         },
         "summary": summary,
+        "rss_settled_mib": rounds[-1]["rss_mib"]["after"],
+        "rss_settled_after_s": rounds[-1]["rss_mib"]["after_s"],
         "met": {
             "health_loaded_p99": summary["health_loaded_p99_s"]["median"] <= HEALTH_GOAL_S,
             "health_loaded_p99_every_round": all(r["health"]["loaded_p99_s"] <= HEALTH_GOAL_S for r in rounds),
