@@ -50,6 +50,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -213,6 +215,33 @@ def _kafka_config(kafka_config_id: str) -> dict[str, Any]:
         raise UnusableConnection(f"{named}: the connection's config cannot be used: {error}") from None
 
 
+#: Seconds a connection's Kafka config is kept once read. Under load (twenty pages chaining summary
+#: chunks) every request read it from the metadata DB, taking pool connections Airflow's own pages wait
+#: for; an edit on the Connections page applies within this. Who may read it is still asked per request.
+CONNECTION_TTL_S = 5.0
+_KEPT_CONFIGS: dict[str, tuple[float, dict[str, Any]]] = {}
+_KEPT_CONFIGS_LOCK = threading.Lock()
+#: Connections whose config is kept at most.
+MAX_KEPT_CONFIGS = 32
+
+
+def _kept_kafka_config(kafka_config_id: str) -> dict[str, Any]:
+    """:func:`_kafka_config`, read at most once per :data:`CONNECTION_TTL_S` per connection (errors never kept)."""
+    now = time.monotonic()
+    with _KEPT_CONFIGS_LOCK:
+        kept = _KEPT_CONFIGS.get(kafka_config_id)
+    if kept is not None and kept[0] > now:
+        return dict(kept[1])
+    config = _kafka_config(kafka_config_id)
+    with _KEPT_CONFIGS_LOCK:
+        for conn_id in [c for c, (until, _) in _KEPT_CONFIGS.items() if until <= now]:
+            del _KEPT_CONFIGS[conn_id]
+        if len(_KEPT_CONFIGS) >= MAX_KEPT_CONFIGS:
+            _KEPT_CONFIGS.clear()
+        _KEPT_CONFIGS[kafka_config_id] = (now + CONNECTION_TTL_S, dict(config))
+    return config
+
+
 async def kafka_config_for(
     user: GetUserDep,
     kafka_config_id: Annotated[str | None, Query(description="The Kafka connection to read through")] = None,
@@ -232,7 +261,7 @@ async def kafka_config_for(
     ):
         raise HTTPException(403, f"You may not read the connection {conn_id!r}, which the DLQ view reads through.")
     try:
-        return await run_in_threadpool(_kafka_config, conn_id)
+        return await run_in_threadpool(_kept_kafka_config, conn_id)
     except AirflowNotFoundException:
         raise HTTPException(
             404, f"kafka_config_id={shown(conn_id)}: no such connection; create a 'kafka' connection of that id"

@@ -69,6 +69,7 @@ def view(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
         username="on-call", role="admin"
     )
     dead_letter_view.SHARED.forget()
+    dead_letter_view._KEPT_CONFIGS.clear()
     try:
         yield dead_letter_view
     finally:
@@ -178,3 +179,19 @@ async def test_a_bad_limit_setting_is_named_with_its_value_and_what_is_accepted(
     response = await client.get(f"/api/topics/{dlq}/samples")
     assert response.status_code == 500
     assert response.json()["detail"] == f"[kerr] {name.lower()}={value!r}: expected {accepted}"
+
+
+async def test_a_connection_created_after_a_404_is_read_through_at_once(
+    client: httpx.AsyncClient, dlq: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view keeps a connection's config a few seconds once read; a connection it did not find is not kept."""
+    conn_id = f"view_load_{uuid.uuid4().hex[:8]}"
+    params = {"kafka_config_id": conn_id, "group": "nobody"}
+    missing = await client.get(f"/api/topics/{dlq}/backlog", params=params)
+    assert missing.status_code == 404 and "no such connection" in missing.json()["detail"]
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+    )
+    found = await client.get(f"/api/topics/{dlq}/backlog", params=params)
+    assert found.status_code == 200 and found.json()["unread"] == RECORDS
