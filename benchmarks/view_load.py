@@ -275,10 +275,24 @@ class Load:
         load_started = time.monotonic() - self.started
         await asyncio.gather(*(self.user(i) for i in range(self.users)))
         load_ended = time.monotonic() - self.started
-        await asyncio.sleep(max(2.0, settle_s))  # the memory after the load (kept consumers close after 30 s)
+        await asyncio.sleep(max(2.5, settle_s))  # the memory after the load (kept consumers close after 30 s)
         stop.set()
         await asyncio.gather(*background)
         return {"load_started": load_started, "load_ended": load_ended}
+
+
+def view_settings() -> dict[str, Any]:
+    """The view's limits this run had (its defaults: the benchmark sets none)."""
+    from airflow_kerr.plugins import dead_letter_view, shared_reads
+
+    return {
+        name: getattr(module, name, None)
+        for module, names in (
+            (dead_letter_view, ("DEFAULT_MAX_READS", "DEFAULT_QUEUE_SECONDS", "CONNECTION_TTL_S")),
+            (shared_reads, ("FIRST_CHUNK_TTL_S", "NEXT_CHUNK_TTL_S", "SHORT_TTL_S")),
+        )
+        for name in names
+    }
 
 
 def request_bounds(default_s: float) -> dict[str, float]:
@@ -336,7 +350,7 @@ def one_round(
         "rss_mib": {
             "before": statistics.median(before) if before else 0.0,
             "peak": max(during, default=0.0),
-            "after_2s": next((mib for at, mib in load.rss if at >= marks["load_ended"] + 2.0), 0.0),
+            "after_2s": next((mib for at, mib in load.rss if at >= marks["load_ended"] + 2.0), load.rss[-1][1]),
             "after": load.rss[-1][1] if load.rss else 0.0,
             "after_s": (load.rss[-1][0] - marks["load_ended"]) if load.rss else 0.0,
         },
@@ -463,6 +477,7 @@ def summarize_rounds(
         "rounds": args.rounds,
         "write_s": written_s,
         "request_bounds_s": bounds,
+        "view_settings": view_settings(),
         "goals": {"health_loaded_p99_s": HEALTH_GOAL_S, "server_errors": 0, "over_bound": 0},
         "machine": {
             "cores": os.cpu_count(),
