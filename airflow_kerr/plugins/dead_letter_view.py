@@ -49,6 +49,7 @@ each request ends within :data:`REQUEST_BOUND_S` while the broker answers.
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import time
@@ -172,7 +173,7 @@ def _setting(name: str, raw: str | None, default: float, kind: Callable[[str], A
         value = kind(raw.strip())
     except ValueError:
         value = -1
-    if value < (1 if kind is int else 0):
+    if not math.isfinite(value) or value < (1 if kind is int else 0):  # an endless wait would be no bound
         raise InvalidViewSetting(f"[{CONFIG_SECTION}] {name}={raw!r}: expected {accepted}")
     return value
 

@@ -169,6 +169,7 @@ async def test_beyond_the_bound_a_request_gets_429_with_retry_after_then_its_ans
         ("DEAD_LETTER_VIEW_MAX_READS", "0", "a whole number of reads at once, 1 or more"),
         ("DEAD_LETTER_VIEW_MAX_READS", "many", "a whole number of reads at once, 1 or more"),
         ("DEAD_LETTER_VIEW_QUEUE_SECONDS", "-1", "seconds to wait, 0 or more"),
+        ("DEAD_LETTER_VIEW_QUEUE_SECONDS", "inf", "seconds to wait, 0 or more"),
     ],
 )
 async def test_a_bad_limit_setting_is_named_with_its_value_and_what_is_accepted(
