@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -64,6 +64,9 @@ class DeadLetterSummaryChunk:
     malformed: int
     counts: Mapping[str, Mapping[str, int]]
     timeline: Mapping[str, int]
+    #: What this chunk read, by (exception class, stage, source topic, pipeline, header set, bucket), before the
+    #: selection's value criteria: :func:`refigured` takes other value criteria's figures from it.
+    tally: Mapping[tuple[Any, ...], int] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -371,6 +374,40 @@ def _figures(
     return matched, counts, timeline
 
 
+def counting_selection(selection: Selection) -> Selection:
+    """What decides which records a count reads: the selection without its value criteria.
+
+    The count reads every record of its time, offset and run ranges whatever the value
+    criteria (classes, stages, source topics, pipelines, dialects); those are applied to the
+    tally afterwards (:func:`_figures`). So one scan of this selection, passed with its cursors,
+    gives the figures of every value filter over the same ranges (:func:`refigured`): the DLQ
+    view counts once for everyone looking at a DLQ, whatever each of them filters on.
+    """
+    return replace(
+        selection,
+        exception_classes=frozenset(),
+        exception_pattern=None,
+        stages=frozenset(),
+        source_topics=frozenset(),
+        pipelines=frozenset(),
+        header_sets=frozenset(),
+    )
+
+
+def refigured(chunk: DeadLetterSummaryChunk, selection: Selection) -> DeadLetterSummaryChunk:
+    """``chunk`` (of ``counting_selection(selection)``'s scan) with ``selection``'s value criteria applied."""
+    matched, counts, timeline = _figures(chunk.tally, selection)
+    return replace(chunk, matched=matched, counts=_sorted_counts(counts), timeline=_sorted_timeline(timeline))
+
+
+def _sorted_counts(counts: Mapping[str, Counter[str]]) -> dict[str, dict[str, int]]:
+    return {name: dict(values.most_common()) for name, values in counts.items()}
+
+
+def _sorted_timeline(timeline: Counter[str]) -> dict[str, int]:
+    return dict(sorted(timeline.items(), key=lambda item: int(item[0])))
+
+
 def _result(topic: str, scan: ScanCursor, chunk: _ChunkCount, selection: Selection) -> DeadLetterSummaryChunk:
     """The chunk's figures, and the cursor the following call goes on from (``None`` once complete)."""
     matched, counts, timeline = _figures(chunk.tally, selection)
@@ -398,8 +435,9 @@ def _result(topic: str, scan: ScanCursor, chunk: _ChunkCount, selection: Selecti
         newest_ms=scan.newest_ms,
         matched=matched,
         malformed=chunk.malformed,
-        counts={name: dict(values.most_common()) for name, values in counts.items()},
-        timeline=dict(sorted(timeline.items(), key=lambda item: int(item[0]))),
+        counts=_sorted_counts(counts),
+        timeline=_sorted_timeline(timeline),
+        tally=dict(chunk.tally),
     )
 
 

@@ -35,13 +35,25 @@ samples route reads it, so the counts never depend on the registry.
 Settings (``[kerr]`` in airflow.cfg, or ``AIRFLOW__KERR__*``): ``dead_letter_topics``
 (comma-separated DLQ topics always listed; others are discovered by their error
 headers), ``dead_letter_view_conn_id`` (default ``kafka_default``),
-``dead_letter_view_registry_conn_id`` (default ``schema_registry_default``) and
-``replay_dag_id`` (default ``dlq_replay``).
+``dead_letter_view_registry_conn_id`` (default ``schema_registry_default``),
+``replay_dag_id`` (default ``dlq_replay``), ``dead_letter_view_max_reads`` (default 2: reads of
+Kafka at once per api-server worker) and ``dead_letter_view_queue_seconds`` (default 10: how long
+a request waits for one before a 429 with ``Retry-After``).
+
+Under load (an incident, twenty people on one DLQ) the reads are shared and bounded
+(:mod:`airflow_kerr.plugins.shared_reads`): the same question asked by many is read once,
+answers are kept a few seconds, at most ``dead_letter_view_max_reads`` reads run at once and
+each request ends within :data:`REQUEST_BOUND_S` while the broker answers.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
+import threading
+import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -53,21 +65,36 @@ from airflow.exceptions import AirflowNotFoundException
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from airflow_kerr.errors.dead_letter import is_topic_name, shown
 from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.inspection.backlog import unread_for_group
-from airflow_kerr.inspection.consumers import TopicNotFound
+from airflow_kerr.inspection.consumers import LOOKUP_TIMEOUT_S, TopicNotFound
 from airflow_kerr.inspection.discovery import list_dead_letter_queues
 from airflow_kerr.inspection.registry_values import RegistryValues
 from airflow_kerr.inspection.samples import sample_dead_letters
+from airflow_kerr.inspection.scan_consumers import config_identity
 from airflow_kerr.inspection.selection import InvalidSelection, Selection
-from airflow_kerr.inspection.summary import summarize
+from airflow_kerr.inspection.summary import (
+    NEWEST_FIRST_S,
+    DeadLetterSummaryChunk,
+    counting_selection,
+    refigured,
+    summarize,
+)
 from airflow_kerr.kafka.offsets import OffsetLookupError
 from airflow_kerr.plugins.replay_summaries import replays_of_run
 from airflow_kerr.plugins.run_dead_letters import TaskDeadLetters, dead_letters_of_run, offsets_on, task_of_job_run
+from airflow_kerr.plugins.shared_reads import (
+    FIRST_CHUNK_TTL_S,
+    NEXT_CHUNK_TTL_S,
+    SHORT_TTL_S,
+    Busy,
+    Read,
+    SharedReads,
+)
 from airflow_kerr.replay.form import TRIGGER_FORM
 
 URL_PREFIX = "/kerr"
@@ -77,6 +104,20 @@ CONFIG_SECTION = "kerr"
 MAX_SUMMARY_RECORDS = 500_000
 MAX_SUMMARY_SECONDS = 2.0
 MAX_SAMPLES = 100
+#: Seconds the samples route reads for at most (``sample_dead_letters``'s ``max_seconds``).
+SAMPLES_SECONDS = 2.0
+#: Reads of Kafka at once per api-server worker, and seconds a request waits for one (then a 429), by default.
+DEFAULT_MAX_READS = 2
+DEFAULT_QUEUE_SECONDS = 10.0
+#: The longest a request to each route takes while the broker answers each look-up within its timeout: the
+#: wait for a read slot, the look-ups that fix a read's range, then the read's own bound (a summary's first
+#: chunk reads the newest slices for up to NEWEST_FIRST_S; a following chunk reads for its max_seconds).
+REQUEST_BOUND_S = {
+    "summary": DEFAULT_QUEUE_SECONDS + LOOKUP_TIMEOUT_S + NEWEST_FIRST_S,
+    "samples": DEFAULT_QUEUE_SECONDS + LOOKUP_TIMEOUT_S + SAMPLES_SECONDS,
+}
+#: The process's shared reads (one event loop per api-server worker).
+SHARED = SharedReads()
 SELECTION_KEYS = ("exception_class", "stage", "source_topic", "pipeline", "header_set", "start", "end")
 #: Airflow keeps connection ids in a 250-character column; a control character is in no id (and a NUL
 #: makes the environment-variable lookup raise).
@@ -94,6 +135,8 @@ class ViewSettings:
     kafka_config_id: str
     replay_dag_id: str
     schema_registry_conn_id: str = "schema_registry_default"
+    max_reads: int = DEFAULT_MAX_READS
+    queue_seconds: float = DEFAULT_QUEUE_SECONDS
 
     @classmethod
     def from_airflow(cls) -> ViewSettings:
@@ -105,7 +148,39 @@ class ViewSettings:
             or "kafka_default",
             replay_dag_id=conf.get(CONFIG_SECTION, "replay_dag_id", fallback="dlq_replay") or "dlq_replay",
             schema_registry_conn_id=registry or "schema_registry_default",
+            max_reads=_setting(
+                "dead_letter_view_max_reads",
+                conf.get(CONFIG_SECTION, "dead_letter_view_max_reads", fallback=""),
+                DEFAULT_MAX_READS,
+                int,
+                "a whole number of reads at once, 1 or more",
+            ),
+            queue_seconds=_setting(
+                "dead_letter_view_queue_seconds",
+                conf.get(CONFIG_SECTION, "dead_letter_view_queue_seconds", fallback=""),
+                DEFAULT_QUEUE_SECONDS,
+                float,
+                "seconds to wait, 0 or more",
+            ),
         )
+
+
+def _setting(name: str, raw: str | None, default: float, kind: Callable[[str], Any], accepted: str) -> Any:
+    """A numeric ``[kerr]`` setting, its default when unset; a bad one raises :class:`InvalidViewSetting` naming it."""
+    raw = raw or ""
+    if not raw.strip():
+        return kind(str(default))
+    try:
+        value = kind(raw.strip())
+    except ValueError:
+        value = -1
+    if not math.isfinite(value) or value < (1 if kind is int else 0):  # an endless wait would be no bound
+        raise InvalidViewSetting(f"[{CONFIG_SECTION}] {name}={raw!r}: expected {accepted}")
+    return value
+
+
+class InvalidViewSetting(ValueError):
+    """A ``[kerr]`` setting of the view that cannot be used; the message names it, its value and what is accepted."""
 
 
 class UnusableConnection(ValueError):
@@ -142,6 +217,33 @@ def _kafka_config(kafka_config_id: str) -> dict[str, Any]:
         raise UnusableConnection(f"{named}: the connection's config cannot be used: {error}") from None
 
 
+#: Seconds a connection's Kafka config is kept once read. Under load (twenty pages chaining summary
+#: chunks) every request read it from the metadata DB, taking pool connections Airflow's own pages wait
+#: for; an edit on the Connections page applies within this. Who may read it is still asked per request.
+CONNECTION_TTL_S = 5.0
+_KEPT_CONFIGS: dict[str, tuple[float, dict[str, Any]]] = {}
+_KEPT_CONFIGS_LOCK = threading.Lock()
+#: Connections whose config is kept at most.
+MAX_KEPT_CONFIGS = 32
+
+
+def _kept_kafka_config(kafka_config_id: str) -> dict[str, Any]:
+    """:func:`_kafka_config`, read at most once per :data:`CONNECTION_TTL_S` per connection (errors never kept)."""
+    now = time.monotonic()
+    with _KEPT_CONFIGS_LOCK:
+        kept = _KEPT_CONFIGS.get(kafka_config_id)
+    if kept is not None and kept[0] > now:
+        return dict(kept[1])
+    config = _kafka_config(kafka_config_id)
+    with _KEPT_CONFIGS_LOCK:
+        for conn_id in [c for c, (until, _) in _KEPT_CONFIGS.items() if until <= now]:
+            del _KEPT_CONFIGS[conn_id]
+        if len(_KEPT_CONFIGS) >= MAX_KEPT_CONFIGS:
+            _KEPT_CONFIGS.clear()
+        _KEPT_CONFIGS[kafka_config_id] = (now + CONNECTION_TTL_S, dict(config))
+    return config
+
+
 async def kafka_config_for(
     user: GetUserDep,
     kafka_config_id: Annotated[str | None, Query(description="The Kafka connection to read through")] = None,
@@ -161,7 +263,7 @@ async def kafka_config_for(
     ):
         raise HTTPException(403, f"You may not read the connection {conn_id!r}, which the DLQ view reads through.")
     try:
-        return await run_in_threadpool(_kafka_config, conn_id)
+        return await run_in_threadpool(_kept_kafka_config, conn_id)
     except AirflowNotFoundException:
         raise HTTPException(
             404, f"kafka_config_id={shown(conn_id)}: no such connection; create a 'kafka' connection of that id"
@@ -341,6 +443,44 @@ async def _read(function: Any, *args: Any, **kwargs: Any) -> Any:
         raise HTTPException(502, f"Kafka did not answer: {error.args[0] if error.args else error}") from None
 
 
+def _encoded(answer: dict[str, Any]) -> bytes:
+    """An answer as the route sends it: masked (:func:`_shown`), then JSON as FastAPI would write it."""
+    return json.dumps(_shown(answer), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _read_and_prepare(prepare: Callable[[Any], Read], function: Any, *args: Any, **kwargs: Any) -> Read:
+    """Read, then prepare what is shared (encoded bytes, or a summary chunk) and whether it may be kept."""
+    return prepare(function(*args, **kwargs))
+
+
+def _as_bytes(result: Any) -> Read:
+    return _encoded(dict(result.to_dict())), True
+
+
+async def _shared(key: Hashable, ttl_s: float, prepare: Callable[[Any], Read], function: Any, *args: Any,
+                  **kwargs: Any) -> Any:  # fmt: skip
+    """One bounded read answered to everyone asking ``key`` (:mod:`~airflow_kerr.plugins.shared_reads`).
+
+    ``function`` reads in a worker thread and ``prepare`` turns its result into what is
+    shared, there too. Every slot taken for the whole wait is a 429 with ``Retry-After``,
+    which the page waits out and asks again; the read's own errors are :func:`_read`'s.
+    """
+    view = ViewSettings.from_airflow()
+
+    async def read() -> Read:
+        answer: Read = await _read(_read_and_prepare, prepare, function, *args, **kwargs)
+        return answer
+
+    try:
+        return await SHARED.answer(key, ttl_s, view.max_reads, view.queue_seconds, read)
+    except Busy as busy:
+        raise HTTPException(429, str(busy), headers={"Retry-After": str(busy.retry_after_s)}) from None
+
+
+def _json(body: bytes) -> Response:
+    return Response(body, media_type="application/json")
+
+
 app = FastAPI(title="Kerr dead letters", docs_url=None, redoc_url=None, openapi_url=None)
 app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
@@ -428,10 +568,19 @@ async def replay_summary(
 
 
 @app.get("/api/topics")
-async def topics(kafka_config: KafkaConfig) -> dict[str, Any]:
+async def topics(kafka_config: KafkaConfig) -> Response:
     """The configured DLQ topics and those found by their error headers."""
-    found = await _read(list_dead_letter_queues, kafka_config, ViewSettings.from_airflow().dead_letter_topics)
-    return _shown({"topics": [topic.to_dict() for topic in found]})
+    configured = ViewSettings.from_airflow().dead_letter_topics
+    # Shared while under way, never kept: a DLQ created a moment ago is listed at once.
+    body = await _shared(
+        ("topics", config_identity(kafka_config), configured),
+        0.0,
+        lambda found: (_encoded({"topics": [topic.to_dict() for topic in found]}), True),
+        list_dead_letter_queues,
+        kafka_config,
+        configured,
+    )
+    return _json(body)
 
 
 @app.get("/api/run")
@@ -451,22 +600,39 @@ async def summary(
     cursor: str | None = None,
     max_records: Annotated[int, Query(ge=1, le=MAX_SUMMARY_RECORDS)] = 200_000,
     max_seconds: Annotated[float, Query(gt=0, le=MAX_SUMMARY_SECONDS)] = 1.0,
-) -> dict[str, Any]:
-    """One bounded chunk of counts (a delta: the page adds chunks up); ``cursor`` continues where one ended."""
-    chunk = await _read(
+) -> Response:
+    """One bounded chunk of counts (a delta: the page adds chunks up); ``cursor`` continues where one ended.
+
+    Shared: the scan reads by the selection's time, offsets and run only
+    (:func:`~airflow_kerr.inspection.summary.counting_selection`), so everyone looking at the
+    DLQ, whatever value they filter on, follows one scan's cursors; each answer applies its own
+    value filter to the chunk's tally. A first chunk is kept for
+    :data:`~airflow_kerr.plugins.shared_reads.FIRST_CHUNK_TTL_S`, a following one for
+    :data:`~airflow_kerr.plugins.shared_reads.NEXT_CHUNK_TTL_S`; one that read nothing (its
+    records had not come yet) is not kept, as it hands back the cursor it was asked with.
+    """
+    selection = _selection(request, run, topic)
+    counting = counting_selection(selection)
+    key = ("summary", config_identity(kafka_config), _topic(topic), counting.fingerprint(), cursor or None,
+           max_records, max_seconds)  # fmt: skip
+    chunk: DeadLetterSummaryChunk = await _shared(
+        key,
+        NEXT_CHUNK_TTL_S if cursor else FIRST_CHUNK_TTL_S,
+        lambda chunk: (chunk, not (chunk.read == 0 and chunk.cursor is not None)),
         summarize,
         kafka_config,
-        _topic(topic),
-        selection=_selection(request, run, topic),
+        topic,
+        selection=counting,
         cursor=cursor or None,
         max_records=max_records,
         max_seconds=max_seconds,
     )
-    return _shown(dict(chunk.to_dict()))
+    body = await run_in_threadpool(lambda: _encoded(dict(refigured(chunk, selection).to_dict())))
+    return _json(body)
 
 
 @app.get("/api/topics/{topic}/backlog")
-async def backlog(topic: str, kafka_config: KafkaConfig, group: str) -> dict[str, Any]:
+async def backlog(topic: str, kafka_config: KafkaConfig, group: str) -> Response:
     """How many records a replay group has not read yet (its committed offsets; the group is never joined)."""
     if not group.strip() or len(group) > MAX_GROUP_CHARS or _CONTROL.search(group):
         raise HTTPException(
@@ -474,8 +640,9 @@ async def backlog(topic: str, kafka_config: KafkaConfig, group: str) -> dict[str
             f"group={shown(group)}: expected the replay's consumer group id "
             f"(1-{MAX_GROUP_CHARS} characters, not only spaces, no control character)",
         )
-    backlog = await _read(unread_for_group, kafka_config, _topic(topic), group)
-    return _shown(dict(backlog.to_dict()))
+    # Shared while under way, never kept: the page watches a replay's backlog go down.
+    key = ("backlog", config_identity(kafka_config), _topic(topic), group)
+    return _json(await _shared(key, 0.0, _as_bytes, unread_for_group, kafka_config, topic, group))
 
 
 @app.get("/api/topics/{topic}/samples")
@@ -486,16 +653,30 @@ async def samples(
     registry: Registry,
     run: RunDep,
     limit: Annotated[int, Query(ge=1, le=MAX_SAMPLES)] = 20,
-) -> dict[str, Any]:
+) -> Response:
     """The newest dead letters matching the selection (within a run's tab: of that run only), decoded, masked.
 
-    Registry formats decode through ``registry``.
+    Registry formats decode through ``registry``. Shared, and kept for
+    :data:`~airflow_kerr.plugins.shared_reads.SHORT_TTL_S` (the newest dead letters may be that old).
     """
     selection = _selection(request, run, topic)
-    sample = await _read(
-        sample_dead_letters, kafka_config, _topic(topic), selection=selection, limit=limit, registry=registry
+    registry_id = (
+        request.query_params.get("schema_registry_conn_id") or ViewSettings.from_airflow().schema_registry_conn_id
     )
-    return _shown(dict(sample.to_dict()))
+    key = ("samples", config_identity(kafka_config), registry_id, _topic(topic), selection.fingerprint(), limit)
+    body = await _shared(
+        key,
+        SHORT_TTL_S,
+        _as_bytes,
+        sample_dead_letters,
+        kafka_config,
+        topic,
+        selection=selection,
+        limit=limit,
+        max_seconds=SAMPLES_SECONDS,
+        registry=registry,
+    )
+    return _json(body)
 
 
 @app.exception_handler(HTTPException)
@@ -506,7 +687,13 @@ async def readable_errors(request: Request, error: HTTPException) -> JSONRespons
             "<p>Sign in to Airflow first, then open <em>Dead letters</em> from its menu.</p>", status_code=401
         )
     detail = mask_text(error.detail) if isinstance(error.detail, str) else mask_secrets(error.detail, by_key=False)
-    return JSONResponse({"detail": detail}, status_code=error.status_code)
+    return JSONResponse({"detail": detail}, status_code=error.status_code, headers=error.headers)
+
+
+@app.exception_handler(InvalidViewSetting)
+async def misconfigured(request: Request, error: InvalidViewSetting) -> JSONResponse:
+    """A ``[kerr]`` setting the view cannot use: the deployment's error, not the request's, so a 500 naming it."""
+    return JSONResponse({"detail": mask_text(str(error))}, status_code=500)
 
 
 class DeadLetterViewPlugin(AirflowPlugin):

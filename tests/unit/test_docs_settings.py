@@ -21,6 +21,8 @@ FIELDS = {
     "dead_letter_view_conn_id": "kafka_config_id",
     "dead_letter_view_registry_conn_id": "schema_registry_conn_id",
     "replay_dag_id": "replay_dag_id",
+    "dead_letter_view_max_reads": "max_reads",
+    "dead_letter_view_queue_seconds": "queue_seconds",
 }
 
 
@@ -45,8 +47,9 @@ def test_each_default_on_the_page_is_what_the_view_uses_unset(monkeypatch: pytes
         monkeypatch.delenv(env, raising=False)
     settings = ViewSettings.from_airflow()
     for name, (_, default) in table().items():
-        expected = () if default == "none" else default.strip("`")
-        assert getattr(settings, FIELDS[name]) == expected, f"{name}: the page says {default}"
+        value = getattr(settings, FIELDS[name])
+        expected = () if default == "none" else type(value)(default.strip("`"))
+        assert value == expected, f"{name}: the page says {default}"
 
 
 def test_each_environment_variable_on_the_page_changes_the_view(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,3 +64,7 @@ def test_each_environment_variable_on_the_page_changes_the_view(monkeypatch: pyt
     assert settings.dead_letter_topics == ("orders.dlq", "payments.dlq")
     assert (settings.kafka_config_id, settings.replay_dag_id) == ("kafka_prod", "my_replay")
     assert settings.schema_registry_conn_id == "registry_prod"
+    monkeypatch.setenv(rows["dead_letter_view_max_reads"][0], "6")
+    monkeypatch.setenv(rows["dead_letter_view_queue_seconds"][0], "2.5")
+    settings = ViewSettings.from_airflow()
+    assert (settings.max_reads, settings.queue_seconds) == (6, 2.5)

@@ -41,13 +41,22 @@ function showError(message) {
   box.hidden = !message;
 }
 
+// How many times a request the server answered 429 (busy) is asked again before the page shows the error.
+const BUSY_TRIES = 30;
+
 async function getJson(path, params = {}) {
   const query = new URLSearchParams(
     Object.entries({ kafka_config_id: $("#conn").value, ...(state.run ? state.run.query : {}), ...params }).filter(
       ([, v]) => v !== "" && v != null,
     ),
   );
-  const response = await fetch(`${KERR}${path}?${query}`, { credentials: "same-origin" });
+  let response = await fetch(`${KERR}${path}?${query}`, { credentials: "same-origin" });
+  // 429: the server is reading Kafka for as many questions as it allows at once; wait as it says, ask again.
+  for (let tries = 1; response.status === 429 && tries < BUSY_TRIES; tries++) {
+    const wait = Math.max(1, Number(response.headers.get("Retry-After")) || 2);
+    await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+    response = await fetch(`${KERR}${path}?${query}`, { credentials: "same-origin" });
+  }
   const body = await response.json().catch(() => ({ detail: `${response.status} ${response.statusText}` }));
   if (!response.ok) throw new Error(typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail));
   return body;
