@@ -16,8 +16,9 @@ Here, per cluster (one librdkafka config), one :class:`SharedClients` serves the
   :class:`~airflow_kerr.kafka.watch_cursor.WatchCursor` makes, so a saved position carries over).
 
 The consumers run on one thread of their own, so no watch holds a worker thread of the
-event loop while it waits. A watch awaits :meth:`SharedClients.next_tick` and then reads
-the tick's results, which are news read after it started waiting. The clients are
+event loop while it waits. A watch awaits :meth:`SharedClients.news` of its topic or
+pipeline (a DLQ watch only that; a tolerance watch at least every ``poll_interval``, as its
+window slides) and then reads what the shared clients hold. The clients are
 reference-counted: :func:`acquire` makes or reuses them, :meth:`SharedClients.release`
 closes them with the last watch. No Airflow imports.
 """
@@ -47,6 +48,10 @@ from airflow_kerr.kafka.watch_cursor import MAX_STATE_BYTES, WatchPosition
 SHARING_ENV = "KERR_SHARED_WATCH_CLIENTS"
 #: How long the shared clients keep a topic's partition list before they ask the broker again.
 METADATA_REFRESH_S = 30.0
+#: How long one look at the followed metrics topics waits for a record before the DLQ ends are looked at again.
+FOLLOW_WAIT_S = 0.5
+#: What a watch waits on: a DLQ topic ``(topic, None)``, or a pipeline ``(metrics topic, pipeline)``.
+Subject = tuple[str, str | None]
 #: How long one request of the shared clients may take.
 _TIMEOUT_S = 10.0
 
@@ -87,9 +92,13 @@ class SharedClients:
         self._followers: dict[str, MetricsFollower] = {}
         self._windows: dict[str, Counter[int]] = {}
         self._intervals: Counter[float] = Counter()
-        #: "dlq" and "metrics": a future each, resolved when that kind of read ends (a tick).
-        self._ticks: dict[str, asyncio.Future[None]] = {}
-        self._done: set[str] = set()
+        #: Per subject a watch waits on (a DLQ topic: ``(topic, None)``; a pipeline: ``(metrics topic, pipeline)``),
+        #: the future the next read that brings it news resolves; and the subjects the last read brought news of
+        #: (``(metrics topic, "*")``: all of that topic's pipelines).
+        self._waiting: dict[Subject, asyncio.Future[None]] = {}
+        self._news: set[Subject] = set()
+        #: Subjects read at least once (a watch's first look waits for that, so it never judges an unread window).
+        self._read_once: set[Subject] = set()
         self._task: asyncio.Task[None] | None = None
         self._last_dlq_read = 0.0
         self._wake = asyncio.Event()
@@ -129,14 +138,21 @@ class SharedClients:
     def _start(self) -> None:
         self._wake.set()  # a watch just came: the next tick reads for it now, not an interval later
         if self._task is None:
-            loop = asyncio.get_running_loop()
-            self._ticks = {kind: loop.create_future() for kind in ("dlq", "metrics")}
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"kerr-watch-clients-{self.key[:8]}")
 
-    async def next_tick(self, kind: str, timeout_s: float) -> None:
-        """Wait for the next ``kind`` read (``dlq`` or ``metrics``) started after this call; at most ``timeout_s``."""
+    async def news(self, subject: Subject, timeout_s: float) -> None:
+        """Wait until a read brings news of ``subject`` (a DLQ topic's ends moved, a pipeline's records came, or
+        an error), at most ``timeout_s``."""
+        waiting = self._waiting.get(subject)
+        if waiting is None or waiting.done():
+            waiting = self._waiting[subject] = asyncio.get_running_loop().create_future()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._ticks[kind]), timeout_s)
+            await asyncio.wait_for(asyncio.shield(waiting), timeout_s)
+
+    async def first_read(self, subject: Subject) -> None:
+        """Wait until ``subject`` has been read (or failed to be) at least once: a watch's first look needs it."""
+        while subject not in self._read_once and (subject[0], "*") not in self._read_once:
+            await self.news(subject, 1.0)
 
     async def release(self) -> None:
         """One watch fewer; the last one stops the ticks and closes the clients."""
@@ -163,10 +179,6 @@ class SharedClients:
             raise OffsetLookupError(f"topic {topic!r}: not read yet")
         ends = self._ends
         return {p: ends[(t, p)] for t, p in partitions}
-
-    def dlq_ends_now(self, topic: str) -> dict[int, int]:
-        """The end offsets of ``topic`` read now, on the shared thread (a watch's first position)."""
-        return self._executor.submit(self._read_ends_now, topic).result()
 
     def metrics_records(self, topic: str, pipeline: str) -> list[dict[str, Any]]:
         """``pipeline``'s metrics records on ``topic`` as of the last tick (the follower keeps the widest window)."""
@@ -231,21 +243,25 @@ class SharedClients:
             interval = min(self._intervals, default=1.0)
             woken = self._wake.is_set()
             self._wake.clear()
-            self._done = set()
+            self._news = set()
             try:
                 await loop.run_in_executor(self._executor, self._read, interval, woken)
             except Exception as error:  # each watch sees its topic's error through its look; this is the rest
                 log.warning("shared watch clients could not read: %s", error)
             self.ticks += 1
-            for kind in self._done:
-                tick, self._ticks[kind] = self._ticks[kind], loop.create_future()
-                tick.set_result(None)
+            self._read_once |= self._news
+            for subject, waiting in list(self._waiting.items()):
+                if subject in self._news or (subject[0], "*") in self._news:
+                    del self._waiting[subject]
+                    if not waiting.done():
+                        waiting.set_result(None)
             if not any(self._windows.values()):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), interval)
 
     def _read(self, interval: float, woken: bool) -> None:
-        """One tick: the followed metrics topics (waiting up to ``interval`` for a record), then due DLQ ends.
+        """One tick: the followed metrics topics (waiting up to :data:`FOLLOW_WAIT_S` for a record), then the DLQ
+        ends when ``interval`` passed since they were last read; what changed goes to ``self._news``.
 
         ``woken``: a watch just came, so nothing waits and its topic is read at once.
         """
@@ -264,19 +280,19 @@ class SharedClients:
                 follower = MetricsFollower(self.config, topic, lambda r: r.get("scope") in self.scopes, window_ms)
                 self._followers[topic] = follower
                 self.consumers_made += 1
+            opens, before = follower.opens, _newest_by_pipeline(follower.records)
             try:
-                follower.read(wait_s=0.0 if waited or woken else interval)
-                self._topic_errors.pop(topic, None)
+                follower.read(wait_s=0.0 if waited or woken else min(interval, FOLLOW_WAIT_S))
+                if self._topic_errors.pop(topic, None) is not None or follower.opens != opens:
+                    self._news.add((topic, "*"))
+                after = _newest_by_pipeline(follower.records)
+                self._news |= {(topic, p) for p in set(before) | set(after) if before.get(p) != after.get(p)}
             except Exception as error:
                 self._topic_errors[topic] = error
+                self._news.add((topic, "*"))
             waited = True
-        if waited:
-            self._done.add("metrics")
         if self._dlq_topics and (woken or time.monotonic() - self._last_dlq_read >= interval * 0.9):
-            try:
-                self._read_dlq_ends()
-            finally:
-                self._done.add("dlq")
+            self._read_dlq_ends()
 
     def _read_dlq_ends(self) -> None:
         self._last_dlq_read = time.monotonic()
@@ -297,8 +313,10 @@ class SharedClients:
                         f"topic {topic!r} is not available on the broker: {reason}"
                     )
                     self._partitions.pop(topic, None)
+                    self._news.add((topic, None))
                 else:
-                    self._topic_errors.pop(topic, None)
+                    if self._topic_errors.pop(topic, None) is not None or topic not in self._partitions:
+                        self._news.add((topic, None))
                     self._partitions[topic] = [(topic, p) for p in sorted(found.partitions)]
         partitions = [tp for t in topics if t not in self._topic_errors for tp in self._partitions.get(t, [])]
         if not partitions:
@@ -312,20 +330,11 @@ class SharedClients:
         ends = dict(self._ends)
         if moved:  # only these need the fetch that verifies the end (see offsets.py)
             for key, (_, high) in watermarks(self._offsets, moved, _TIMEOUT_S).items():
+                if ends.get(key) != high:
+                    self._news.add((key[0], None))
                 ends[key] = high
         self._listed.update(listed)
         self._ends = ends
-
-    def _read_ends_now(self, topic: str) -> dict[int, int]:
-        if self._offsets is None:
-            self._offsets = offset_consumer(self.config)
-            self.consumers_made += 1
-        metadata = self._offsets.list_topics(topic, timeout=_TIMEOUT_S).topics.get(topic)
-        if metadata is None or metadata.error is not None or not metadata.partitions:
-            reason = metadata.error if metadata is not None and metadata.error is not None else "no partitions"
-            raise OffsetLookupError(f"topic {topic!r} is not available on the broker: {reason}")
-        marks = watermarks(self._offsets, [(topic, p) for p in sorted(metadata.partitions)], _TIMEOUT_S)
-        return {p: high for (_, p), (_, high) in marks.items()}
 
     def _close_clients(self) -> None:
         for follower in self._followers.values():
@@ -335,6 +344,16 @@ class SharedClients:
             self._offsets.close()
             self._offsets = None
         self._admin = None  # an AdminClient has no close(): dropping the last reference ends it
+
+
+def _newest_by_pipeline(records: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Per pipeline, how many records the follower keeps and the newest ``window_end_ms``: what tells news."""
+    newest: dict[str, tuple[int, int]] = {}
+    for record in records:
+        pipeline = str(record.get("pipeline"))
+        count, end = newest.get(pipeline, (0, 0))
+        newest[pipeline] = (count + 1, max(end, int(record.get("window_end_ms", 0))))
+    return newest
 
 
 #: (event loop, config key) -> the shared clients of that cluster in that loop.

@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow_kerr.kafka.dead_letters import DeadLetterGrowth, dlq_end_offsets, dlq_growth, growth_summary
 from airflow_kerr.kafka.offsets import offset_consumer
-from airflow_kerr.kafka.shared_clients import SharedClients, SharedCursor
+from airflow_kerr.kafka.shared_clients import SharedClients, SharedCursor, Subject
 from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
 from airflow_kerr.triggers.dead_letter_queue import dead_letter_result
 from airflow_kerr.triggers.watch import CursorStream, WatchTrigger, default_cursor_group
@@ -40,9 +40,9 @@ class DeadLetterGrowthStream(CursorStream):
         self.count_limit = count_limit
         self._consumer: Any = None
 
-    def share(self, clients: SharedClients) -> str | None:
+    def share(self, clients: SharedClients) -> Subject | None:
         clients.watch_dlq(self.topic, self.poll_interval)
-        return "dlq"
+        return (self.topic, None)
 
     def unshare(self, clients: SharedClients) -> None:
         clients.unwatch_dlq(self.topic, self.poll_interval)
@@ -54,7 +54,7 @@ class DeadLetterGrowthStream(CursorStream):
 
     def first_position(self) -> WatchPosition:
         if self.shared is not None:
-            return WatchPosition(self.shared.dlq_ends_now(self.topic))
+            return WatchPosition(self.shared.dlq_ends(self.topic))  # read when the watch came (see open_stream)
         return WatchPosition(dlq_end_offsets(self.kafka_config, self.topic, consumer=self._consumer))
 
     def observe(self) -> list[tuple[dict[str, Any], WatchPosition]]:

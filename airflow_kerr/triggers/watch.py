@@ -28,7 +28,7 @@ from asgiref.sync import sync_to_async
 
 from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.hooks.kafka import KafkaClusterHook
-from airflow_kerr.kafka.shared_clients import SharedClients, SharedCursor, acquire, sharing_enabled
+from airflow_kerr.kafka.shared_clients import SharedClients, SharedCursor, Subject, acquire, sharing_enabled
 from airflow_kerr.kafka.tolerance import WINDOW_SCOPES
 from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
 from airflow_kerr.triggers.base import KwargsTrigger
@@ -75,8 +75,8 @@ class CursorStream(SharedStreamProducer):
         #: The clients this watch shares with the other watches of its cluster (shared-stream mode, see
         #: :mod:`airflow_kerr.kafka.shared_clients`); None when it holds its own (standalone, or sharing off).
         self.shared: SharedClients | None = None
-        #: The kind of shared read this watch's looks wait for (``dlq`` or ``metrics``); None: it reads by itself.
-        self.shared_kind: str | None = None
+        #: What this watch's looks wait for news of on the shared clients (its DLQ topic, or its pipeline).
+        self.shared_subject: Subject | None = None
         #: The connection, when read beforehand in the event loop (standalone mode, see WatchTrigger.run).
         self.connection: Connection | None = None
         #: Standalone mode (WatchTrigger.run): blocking calls run through asgiref's sync_to_async, so that a
@@ -99,8 +99,8 @@ class CursorStream(SharedStreamProducer):
             return SharedCursor(self.shared, group, topic)
         return WatchCursor(self.kafka_config, group, topic)
 
-    def share(self, clients: SharedClients) -> str | None:
-        """Register with the cluster's shared clients; the kind of read to wait for, or None to read alone."""
+    def share(self, clients: SharedClients) -> Subject | None:
+        """Register with the cluster's shared clients; the subject to wait for news of, or None to read alone."""
         return None
 
     def unshare(self, clients: SharedClients) -> None:
@@ -146,14 +146,16 @@ class CursorStream(SharedStreamProducer):
         await self._until_it_works("read the connection", self.read_config)
         if sharing_enabled():
             self.shared = acquire(self.kafka_config, WINDOW_SCOPES)
-            self.shared_kind = self.share(self.shared)
-            if self.shared_kind is None:
+            self.shared_subject = self.share(self.shared)
+            if self.shared_subject is None:
                 await self.shared.release()
                 self.shared = None
+            else:
+                await self.shared.first_read(self.shared_subject)
         await self._until_it_works("open the watch", self.open)
         while True:
-            if self.shared is not None and self.shared_kind is not None:
-                await self.shared.next_tick(self.shared_kind, self.poll_interval)
+            if self.shared is not None and self.shared_subject is not None:
+                await self.shared.news(self.shared_subject, self.poll_interval)
             for event, position in await self._until_it_works("read the watched topic", self.observe):
                 self.position = position
                 yield event, position
