@@ -219,6 +219,7 @@ class Setup:
         if name == "hundred_unshared":
             self.env["KERR_SHARED_WATCH_CLIENTS"] = "0"
         self.process: subprocess.Popen[bytes] | None = None
+        self.stopping: subprocess.Popen[bytes] | None = None
         self.next_pipeline = 0
 
     def reserialize(self, expected_triggers: int) -> None:
@@ -238,6 +239,7 @@ class Setup:
         raise BenchmarkError(f"{self.name}: the metadata DB stayed locked")
 
     def start(self) -> None:
+        self.reap()
         log = open(self.home / "triggerer.log", "ab")  # noqa: SIM115 - closed with the process
         self.process = subprocess.Popen(
             [sys.executable, "-m", "airflow", "triggerer", "--skip-serve-logs"],
@@ -250,21 +252,33 @@ class Setup:
         log.close()
 
     def stop(self) -> None:
-        if self.process is None:
+        """Ask the triggerer to stop (SIGTERM) and go on: its graceful exit takes ~10 s, while the next set-up
+        starts and settles (another DB, another process tree); :meth:`reap` makes sure it ended."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGTERM)
+            self.stopping, self.process = self.process, None
+
+    def reap(self) -> None:
+        """Wait for the triggerer asked to stop to end; kill its tree after 30 s."""
+        if self.stopping is None:
             return
-        with_tree = tree(self.process.pid)
-        self.process.send_signal(signal.SIGTERM)
+        with_tree = tree(self.stopping.pid)
         try:
-            self.process.wait(30)
+            self.stopping.wait(30)
         except subprocess.TimeoutExpired:
             for pid in with_tree:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-            self.process.wait(10)
-        self.process = None
+            self.stopping.wait(10)
+        self.stopping = None
 
     def running_triggers(self) -> int:
-        return int(self.query("SELECT count(*) FROM trigger WHERE triggerer_id IS NOT NULL")[0][0])
+        """Triggers the newest triggerer job took (an earlier run's job may still be named on them)."""
+        rows = self.query(
+            "SELECT count(*) FROM trigger WHERE triggerer_id = "
+            "(SELECT max(id) FROM job WHERE job_type = 'TriggererJob' AND state = 'running')"
+        )
+        return int(rows[0][0])
 
     def last_event_id(self, uri: str) -> int:
         rows = self.query("SELECT max(e.id) FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri = ?", uri)
@@ -483,6 +497,7 @@ def measure(
         return row
     finally:
         setup.stop()
+        print(f"  {setup.name}: {time.monotonic() - started:.0f} s", flush=True)
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: C901 - one pass per figure, read top to bottom
@@ -576,8 +591,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--samples", type=int, default=2, help="events of each kind per triggerer run")
-    parser.add_argument("--idle", type=float, default=10.0, help="seconds of the idle CPU span")
-    parser.add_argument("--settle", type=float, default=15.0, help="seconds between 'all triggers taken' and measuring")
+    parser.add_argument("--idle", type=float, default=8.0, help="seconds of the idle CPU span")
+    parser.add_argument("--settle", type=float, default=10.0, help="seconds between 'all triggers taken' and measuring")
     parser.add_argument(
         "--unshared-rounds", default="3", help="the rounds (1-based, comma-separated) that also run hundred_unshared"
     )
@@ -590,6 +605,7 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="kerr-watch-scale-"))
     meter = CpuMeter()
     rows: list[dict[str, Any]] = []
+    setups: dict[str, Setup] = {}
     began = time.monotonic()
     try:
         with LocalBroker(log_path=base / "broker.log") as broker:
@@ -603,7 +619,6 @@ def main() -> int:
             template_env = environment(template, template / "dags", kafka)
             (template / "dags").mkdir()
             airflow(template_env, ["db", "migrate"], base / "migrate.log")
-            setups: dict[str, Setup] = {}
             for name in setups_wanted:
                 count = {"empty": 0, "one": 1}.get(name, args.count)
                 setups[name] = Setup(name, base, template / "airflow.db", broker.bootstrap_servers, count)
@@ -619,7 +634,11 @@ def main() -> int:
                     row["round"] = number + 1
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if k != "after_events"}), flush=True)
+            for setup in setups.values():
+                setup.reap()  # before the broker goes
     finally:
+        for setup in setups.values():
+            setup.reap()
         if args.keep:
             print(f"kept {base}", flush=True)
         else:
