@@ -24,6 +24,7 @@ from airflow_kerr.kafka.metrics_topic import (
 )
 from airflow_kerr.kafka.offset_spans import DEAD_LETTER_OFFSETS
 from airflow_kerr.kafka.offsets import group_offsets, offset_consumer, topic_partitions
+from airflow_kerr.kafka.shared_clients import SharedMetricsView
 
 WAIT_FOR = ("breach", "recovery")
 #: The metrics records a tolerance window reads: the tasks' counters and the outages they reported.
@@ -342,6 +343,8 @@ class ToleranceWatch:
     samples: list[ConsumptionSample] = field(default_factory=list)
     #: The metrics mode's reader, kept from look to look: one consumer that follows the metrics topic.
     follower: MetricsFollower | None = None
+    #: Instead of a follower of its own: the view of the one its cluster's asset watches share on the triggerer.
+    shared_view: SharedMetricsView | None = None
 
     def __post_init__(self) -> None:
         problems = wait_for_problems(self.wait_for)
@@ -359,6 +362,10 @@ class ToleranceWatch:
         if spec.source == "metrics":
             pipeline = spec.pipeline
             assert pipeline is not None
+            if self.shared_view is not None:
+                records = self.shared_view.read()
+                now_ms = int(time.time() * 1000)
+                return metrics_reading(records, now_ms - spec.window_ms, now_ms)
             if self.follower is None:
                 self.follower = MetricsFollower(
                     self.kafka_config,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from airflow_kerr.kafka.dead_letters import dlq_end_offsets, dlq_growth, growth_summary
+from airflow_kerr.kafka.dead_letters import DeadLetterGrowth, dlq_end_offsets, dlq_growth, growth_summary
 from airflow_kerr.kafka.offsets import offset_consumer
+from airflow_kerr.kafka.shared_clients import SharedClients, SharedCursor, Subject
 from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
 from airflow_kerr.triggers.dead_letter_queue import dead_letter_result
 from airflow_kerr.triggers.watch import CursorStream, WatchTrigger, default_cursor_group
@@ -39,16 +40,31 @@ class DeadLetterGrowthStream(CursorStream):
         self.count_limit = count_limit
         self._consumer: Any = None
 
-    def cursor(self) -> WatchCursor:
-        if self._consumer is None:
+    def share(self, clients: SharedClients) -> Subject | None:
+        clients.watch_dlq(self.topic, self.poll_interval)
+        return (self.topic, None)
+
+    def unshare(self, clients: SharedClients) -> None:
+        clients.unwatch_dlq(self.topic, self.poll_interval)
+
+    def cursor(self) -> WatchCursor | SharedCursor:
+        if self._consumer is None and self.shared is None:
             self._consumer = offset_consumer(self.kafka_config)
-        return WatchCursor(self.kafka_config, self.cursor_group, self.topic)
+        return self.cursor_on(self.cursor_group, self.topic)
 
     def first_position(self) -> WatchPosition:
+        if self.shared is not None:
+            return WatchPosition(self.shared.dlq_ends(self.topic))  # read when the watch came (see open_stream)
         return WatchPosition(dlq_end_offsets(self.kafka_config, self.topic, consumer=self._consumer))
 
     def observe(self) -> list[tuple[dict[str, Any], WatchPosition]]:
-        growth = dlq_growth(self.kafka_config, self.topic, self.position.offsets, self._consumer)
+        if self.shared is not None:  # the ends the shared clients read for every watched DLQ at once
+            baseline = self.position.offsets
+            ends = self.shared.dlq_ends(self.topic)
+            count = sum(max(0, end - baseline.get(partition, 0)) for partition, end in ends.items())
+            growth = DeadLetterGrowth(count, ends, dict(baseline))
+        else:
+            growth = dlq_growth(self.kafka_config, self.topic, self.position.offsets, self._consumer)
         if growth.count < self.min_records:
             return []
         summary = growth_summary(self.kafka_config, self.topic, growth, self.sample_size, self.count_limit)

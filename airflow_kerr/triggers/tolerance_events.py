@@ -10,6 +10,7 @@ from typing import Any
 from airflow_kerr.hooks.breach_pause import BreachPauser, connectors_to_pause
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
 from airflow_kerr.kafka.dead_letters import alert_sample
+from airflow_kerr.kafka.shared_clients import SharedClients, SharedCursor, SharedMetricsView, Subject
 from airflow_kerr.kafka.tolerance import ToleranceSpec, ToleranceSpecError, ToleranceWatch, reading_with_limits
 from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
 from airflow_kerr.triggers.watch import CursorStream, WatchTrigger, default_cursor_group
@@ -53,11 +54,26 @@ class ToleranceTransitionStream(CursorStream):
         # has it, not up to poll_interval later. The DLQ mode samples every poll_interval.
         self.waits_in_observe = spec.source == "metrics"
 
-    def cursor(self) -> WatchCursor:
+    def share(self, clients: SharedClients) -> Subject | None:
+        """The metrics mode reads the follower its cluster's watches share; the sampled DLQ mode reads alone."""
+        if self.spec.source != "metrics":
+            return None
+        clients.watch_metrics(self.spec.metrics_topic, self.spec.window_ms, self.poll_interval)
+        return (self.spec.metrics_topic, str(self.spec.pipeline))
+
+    def unshare(self, clients: SharedClients) -> None:
+        if self.shared_subject is not None:
+            clients.unwatch_metrics(self.spec.metrics_topic, self.spec.window_ms, self.poll_interval)
+
+    def cursor(self) -> WatchCursor | SharedCursor:
         if self._watch is not None:
             self._watch.close()  # opened again after a failure: the old consumer goes
         self._watch = ToleranceWatch(kafka_config=self.kafka_config, wait_for="breach", spec=self.spec)
-        return WatchCursor(self.kafka_config, self.cursor_group, self.spec.watched_topic)
+        if self.shared is not None and self.shared_subject is not None:
+            self._watch.shared_view = SharedMetricsView(
+                self.shared, self.spec.metrics_topic, str(self.spec.pipeline), self.spec.window_ms
+            )
+        return self.cursor_on(self.cursor_group, self.spec.watched_topic)
 
     def first_position(self) -> WatchPosition:
         return WatchPosition(state={"state": "healthy"})
@@ -77,7 +93,8 @@ class ToleranceTransitionStream(CursorStream):
         state = self.position.state or {"state": "healthy"}
         breached = state.get("state") == "breached"
         self._watch.wait_for = "recovery" if breached else "breach"
-        holds, reading = self._watch.check(wait_s=self.poll_interval if self.waits_in_observe else 0.0)
+        waits = self.waits_in_observe and self.shared is None  # a shared watch awaited the shared read instead
+        holds, reading = self._watch.check(wait_s=self.poll_interval if waits else 0.0)
         if not holds or reading is None:
             return []
         if breached:

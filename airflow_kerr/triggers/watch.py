@@ -28,6 +28,8 @@ from asgiref.sync import sync_to_async
 
 from airflow_kerr.errors.masking import mask_secrets, mask_text
 from airflow_kerr.hooks.kafka import KafkaClusterHook
+from airflow_kerr.kafka.shared_clients import SharedClients, SharedCursor, Subject, acquire, sharing_enabled
+from airflow_kerr.kafka.tolerance import WINDOW_SCOPES
 from airflow_kerr.kafka.watch_cursor import WatchCursor, WatchPosition
 from airflow_kerr.triggers.base import KwargsTrigger
 
@@ -69,7 +71,12 @@ class CursorStream(SharedStreamProducer):
         self.kafka_config: dict[str, Any] = {}
         self.position = WatchPosition()
         self.saved = WatchPosition()
-        self._cursor: WatchCursor | None = None
+        self._cursor: WatchCursor | SharedCursor | None = None
+        #: The clients this watch shares with the other watches of its cluster (shared-stream mode, see
+        #: :mod:`airflow_kerr.kafka.shared_clients`); None when it holds its own (standalone, or sharing off).
+        self.shared: SharedClients | None = None
+        #: What this watch's looks wait for news of on the shared clients (its DLQ topic, or its pipeline).
+        self.shared_subject: Subject | None = None
         #: The connection, when read beforehand in the event loop (standalone mode, see WatchTrigger.run).
         self.connection: Connection | None = None
         #: Standalone mode (WatchTrigger.run): blocking calls run through asgiref's sync_to_async, so that a
@@ -83,8 +90,21 @@ class CursorStream(SharedStreamProducer):
         #: not sleep between looks: a record is seen when the broker has it, not at the next look).
         self.waits_in_observe = False
 
-    def cursor(self) -> WatchCursor:
+    def cursor(self) -> WatchCursor | SharedCursor:
         raise NotImplementedError
+
+    def cursor_on(self, group: str, topic: str) -> WatchCursor | SharedCursor:
+        """Group ``group``'s cursor on ``topic``: on the shared admin client when the watch shares its clients."""
+        if self.shared is not None:
+            return SharedCursor(self.shared, group, topic)
+        return WatchCursor(self.kafka_config, group, topic)
+
+    def share(self, clients: SharedClients) -> Subject | None:
+        """Register with the cluster's shared clients; the subject to wait for news of, or None to read alone."""
+        return None
+
+    def unshare(self, clients: SharedClients) -> None:
+        """Undo :meth:`share`."""
 
     def first_position(self) -> WatchPosition:
         raise NotImplementedError
@@ -92,10 +112,15 @@ class CursorStream(SharedStreamProducer):
     def observe(self) -> list[tuple[dict[str, Any], WatchPosition]]:
         raise NotImplementedError
 
+    def read_config(self) -> None:
+        """Read the connection's client config (once)."""
+        if not self.kafka_config:
+            hook = KafkaClusterHook(kafka_config_id=self.kafka_config_id, connection=self.connection)
+            self.kafka_config = hook.client_config()
+
     def open(self) -> None:
         """Read the connection and the saved position; a first start saves where it starts, so nothing is missed."""
-        hook = KafkaClusterHook(kafka_config_id=self.kafka_config_id, connection=self.connection)
-        self.kafka_config = hook.client_config()
+        self.read_config()
         cursor = self.cursor()
         try:
             saved = cursor.load()
@@ -114,14 +139,28 @@ class CursorStream(SharedStreamProducer):
         A watcher is always on, so a failed look (the topic not created yet, the broker
         away) is logged and tried again, backing off to :data:`MAX_RETRY_WAIT_S`, rather
         than ending the watch.
+
+        Where the watch shares its cluster's clients, each look first awaits their next read
+        (see :mod:`airflow_kerr.kafka.shared_clients`), and reads what it brought.
         """
+        await self._until_it_works("read the connection", self.read_config)
+        if sharing_enabled():
+            self.shared = acquire(self.kafka_config, WINDOW_SCOPES)
+            self.shared_subject = self.share(self.shared)
+            if self.shared_subject is None:
+                await self.shared.release()
+                self.shared = None
+            else:
+                await self.shared.first_read(self.shared_subject)
         await self._until_it_works("open the watch", self.open)
         while True:
+            if self.shared is not None and self.shared_subject is not None:
+                await self.shared.news(self.shared_subject, self.poll_interval)
             for event, position in await self._until_it_works("read the watched topic", self.observe):
                 self.position = position
                 yield event, position
             self.looks += 1
-            if not self.waits_in_observe:
+            if self.shared is None and not self.waits_in_observe:
                 await asyncio.sleep(self.poll_interval)
 
     async def _until_it_works(self, what: str, call: Callable[[], T]) -> T:
@@ -159,6 +198,10 @@ class CursorStream(SharedStreamProducer):
     async def aclose(self) -> None:
         if self._cursor is not None:
             await asyncio.to_thread(self._cursor.close)
+        if self.shared is not None:
+            shared, self.shared = self.shared, None
+            self.unshare(shared)
+            await shared.release()
 
 
 def default_cursor_group(kind: str, subject: str, settings: dict[str, Any]) -> str:

@@ -23,9 +23,11 @@ from airflow.triggers.shared_stream import SharedStreamManager
 from airflow_kerr.assets.watched import dead_letter_queue_asset, tolerance_asset
 from airflow_kerr.errors import SourceRecord, Stage
 from airflow_kerr.kafka.offsets import group_offsets
+from airflow_kerr.kafka.shared_clients import shared_clients_in
 from airflow_kerr.local.dead_letters import Failure, write_task_metrics
 from airflow_kerr.local.dead_letters import write_dead_letters as write_failures
-from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterQueueEventTrigger
+from airflow_kerr.triggers.dead_letter_queue_events import DeadLetterGrowthStream, DeadLetterQueueEventTrigger
+from airflow_kerr.triggers.tolerance_events import ToleranceTransitionStream
 from airflow_kerr.triggers.watch import CursorStream
 
 POLL_S = 0.2
@@ -124,6 +126,14 @@ class Triggerer:
         targets = [stream.looks + looks for stream in streams]
         await until(lambda: all(s.looks >= t for s, t in zip(streams, targets, strict=True)), timeout_s)
         return self.fired[before:]
+
+    async def stop_one(self, trigger_id: int) -> None:
+        """Cancel one watch, as the triggerer does when its asset is no longer watched."""
+        for task, tid, key in [run for run in self._runs if run[1] == trigger_id]:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await self.manager.unsubscribe(tid, key)
+        self._runs = [run for run in self._runs if run[1] != trigger_id]
 
     async def stop(self) -> None:
         for task, trigger_id, key in self._runs:
@@ -317,3 +327,82 @@ def test_a_watch_started_before_its_topic_exists_waits_for_it_and_then_fires(
 
     event = asyncio.run(scenario())
     assert event["count"] == 2 and event["baseline"] == {"0": 0}
+
+
+def test_watches_of_one_cluster_share_one_set_of_clients_and_each_fires_only_its_own_events(
+    kafka_config: dict[str, Any], kafka_connection: str, create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """Two DLQ watches and two tolerance watches on one cluster: one DLQ look-up consumer and one metrics
+    follower serve all four (no watch holds a consumer of its own), and each still fires on its own topic or
+    pipeline only, with the same payload a watch alone fires."""
+    dlq_a, dlq_b = create_topic(f"{unique_topic}.a", 2), create_topic(f"{unique_topic}.b", 1)
+    metrics = create_topic(f"{unique_topic}.metrics")
+
+    def breach(pipeline: str) -> Any:
+        asset = tolerance_asset(
+            event="breach", pipeline=pipeline, metrics_topic=metrics, max_errors=5, min_records=0, poll_interval=POLL_S
+        )
+        return asset.watchers[0].trigger
+
+    triggers = [
+        DeadLetterQueueEventTrigger(topic=dlq_a, poll_interval=POLL_S),
+        DeadLetterQueueEventTrigger(topic=dlq_b, poll_interval=POLL_S),
+        breach("p1"),
+        breach("p2"),
+    ]
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[Any], int, list[CursorStream]]:
+        async with triggerer(*triggers) as running:
+            streams = await running.streams()
+            await until(lambda: len(streams) == 4)
+            await running.after_looks(1)
+            (clients,) = shared_clients_in(asyncio.get_running_loop())
+            write_dead_letters(kafka_config, dlq_b, 3, ValueError("b"))
+            first = await running.next_event()
+            write_task_metrics(kafka_config, metrics, "p2", records_in=100, errors=9)
+            second = await running.next_event()
+            write_dead_letters(kafka_config, dlq_a, 2, KeyError("a"))
+            third = await running.next_event()
+            assert await running.after_looks() == [], "p1 never breached, and each event fired once"
+            return [first, second, third], [s.shared for s in streams], clients.consumers_made, streams
+
+    (first, second, third), shared, consumers, streams = asyncio.run(scenario())
+    assert (first["topic"], first["count"], first["status"]) == (dlq_b, 3, "grew")
+    assert first["counts_by_class"] == {"ValueError": 3} and len(first["sample"]) == 3
+    assert (second["status"], second["pipeline"], second["errors"]) == ("breach", "p2", 9)
+    assert (third["topic"], third["count"]) == (dlq_a, 2)
+    assert shared[0] is not None and all(s is shared[0] for s in shared), "one set of clients for the cluster"
+    assert consumers == 2, "one consumer for every DLQ's ends, one follower for the metrics topic"
+    dlq_streams = [s for s in streams if isinstance(s, DeadLetterGrowthStream)]
+    tolerance_streams = [s for s in streams if isinstance(s, ToleranceTransitionStream)]
+    assert len(dlq_streams) == len(tolerance_streams) == 2
+    assert all(s._consumer is None for s in dlq_streams), "no DLQ watch made a look-up consumer of its own"
+    assert all(s._watch is not None and s._watch.follower is None for s in tolerance_streams), "nor a follower"
+
+
+def test_a_cancelled_watch_releases_the_shared_clients_and_the_last_one_closes_them(
+    kafka_config: dict[str, Any], kafka_connection: str, create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """The triggerer cancels a watch whose asset is gone: its share is released, the other watch goes on
+    firing on the same clients, and when the last watch goes the clients are closed and forgotten."""
+    dlq_a, dlq_b = create_topic(f"{unique_topic}.a", 1), create_topic(f"{unique_topic}.b", 1)
+
+    async def scenario() -> tuple[int, bool, dict[str, Any], list[Any], Any]:
+        async with triggerer(
+            DeadLetterQueueEventTrigger(topic=dlq_a, poll_interval=POLL_S),
+            DeadLetterQueueEventTrigger(topic=dlq_b, poll_interval=POLL_S),
+        ) as running:
+            await until(lambda: len(STREAMS) >= 2)
+            await running.after_looks(1)
+            (clients,) = shared_clients_in(asyncio.get_running_loop())
+            await running.stop_one(1)
+            refs_after_one, a_still_read = clients.refs, dlq_a in clients._dlq_topics
+            write_dead_letters(kafka_config, dlq_b, 1, ValueError("b"))
+            event = await running.next_event()
+            await running.stop_one(2)
+            return refs_after_one, a_still_read, event, shared_clients_in(asyncio.get_running_loop()), clients
+
+    refs_after_one, a_still_read, event, left, clients = asyncio.run(scenario())
+    assert refs_after_one == 1 and not a_still_read, "the cancelled watch released its share and its topic"
+    assert event["topic"] == dlq_b and event["count"] == 1, "the other watch fires on the same clients"
+    assert left == [] and clients.refs == 0 and clients._offsets is None, "the last watch closed the clients"
