@@ -284,6 +284,19 @@ def test_discovery_finds_dead_letter_queues_not_plain_topics(dlq: Dlq, create_to
     assert dlq.topic in unconfigured and plain not in unconfigured and missing not in unconfigured
 
 
+def test_a_spring_dlt_is_looked_at_before_plain_topics(dlq: Dlq) -> None:
+    """Spring's ``<topic>.DLT`` names count as DLQ-like: with room to look at one topic, that is the one."""
+    from airflow_kerr.local.sample_dlq import seed_dead_letters
+
+    # "000-" sorts first among the session broker's DLQ-like names; plain names would come after all of them.
+    dlt = f"000-kerr-{uuid.uuid4().hex[:8]}.DLT"
+    seed_dead_letters(dlq.config["bootstrap.servers"], dlt, count=2)
+
+    found = {t.name: t for t in list_dead_letter_queues(dlq.config, max_topics=1)}
+
+    assert set(found) == {dlt} and found[dlt].discovered and found[dlt].records == 2
+
+
 def test_looking_moves_no_group_and_commits_nothing(dlq: Dlq) -> None:
     """Opening the page never changes a replay's position, and leaves no group behind that committed."""
     group = f"replay-{uuid.uuid4().hex[:8]}"
