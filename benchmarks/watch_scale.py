@@ -46,7 +46,7 @@ event, breach → PAUSED) within twice one watch's (``*_vs_one``, ``latencies_wi
 
 Writes ``benchmarks/results/watch_scale.json`` and ``watch_scale.png``. Figures: median with
 min and max over all samples of all rounds, with what others used of the machine meanwhile.
-A 5-round run takes about 15 minutes.
+A 5-round run took 10 minutes on a quiet machine (2026-11-28).
 
     .venv/bin/python benchmarks/watch_scale.py --rounds 5
 """
@@ -741,17 +741,21 @@ def chart(report: dict[str, Any], path: Path) -> None:
         hi = [summary[n][key]["max"] - summary[n][key]["median"] for n in shown]
         ax.bar(xs, med, width, yerr=[lo, hi], capsize=4, label=labels[key])
     ax.set_xticks(range(len(latency_names)), latency_names, rotation=20)
-    ax.set_title("latency (s), median, min-max")
-    ax.legend(fontsize=8)
+    ax.set_yscale("log")  # seconds for a DLQ's event, tens of milliseconds for a pause
+    ax.set_ylim(top=ax.get_ylim()[1] * 30)  # room for the legend
+    ax.set_title("latency (s, log scale), median, min-max")
+    ax.legend(fontsize=7, loc="upper left")
     ax = axes[4]
     ratio_names = [n for n in latency_names if n != "one" and f"{TARGET_KEYS[0]}_vs_one" in summary[n]]
     for offset, key in enumerate(TARGET_KEYS):
         xs = [i + (offset - (len(TARGET_KEYS) - 1) / 2) * width for i in range(len(ratio_names))]
         ax.bar(xs, [summary[n].get(f"{key}_vs_one", 0.0) for n in ratio_names], width, label=labels[key])
     ax.axhline(LATENCY_TARGET, color="#c44e52", linestyle="--", label=f"target: {LATENCY_TARGET:g}x")
+    ratios = [summary[n].get(f"{key}_vs_one", 0.0) for n in ratio_names for key in TARGET_KEYS]
+    ax.set_ylim(0, max([LATENCY_TARGET, *ratios]) * 1.5)  # room for the legend
     ax.set_xticks(range(len(ratio_names)), ratio_names, rotation=20)
     ax.set_title("latency (median) over one watch's")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(
         f"One airflow triggerer: empty, 1+1 and 100+100 watches, each breach pausing a real Kafka Connect sink "
         f"({report['rounds']} rounds, {report['machine']['cpus']} cores)"
