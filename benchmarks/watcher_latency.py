@@ -50,18 +50,19 @@ import json
 import os
 import platform
 import signal
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 from graceful import exit_on_sigterm
-from machine_load import CpuMeter
+from machine_load import CpuMeter, spread
+from stack_waits import STATUS_POLL_S, BenchmarkError, epoch_s, wait_for, wait_until_paused
+
+from airflow_kerr.examples.orders_tolerance import ORDERS_CONNECTOR
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -73,7 +74,6 @@ PAUSE_TASK = "pause_connector"
 GUARD_DAG = "tolerance_guard"
 GUARD_WINDOW = "window=timedelta(minutes=5),"
 BREACH_ASSET = "kerr.tolerance_breach.orders_pipeline"
-STATUS_POLL_S = 0.05
 CYCLE_TIMEOUT_S = 180.0
 GOAL_S = 2.0
 #: A cycle starts once others use less than this many cores, and counts only if they used less than
@@ -106,28 +106,6 @@ SUBSTAGES = (
     ("dag_parse", "the task process parses the DAG file ('Worker startup parse complete')"),
     ("parse_to_pause_sent", "DAG file parsed → 'Asked ... to pause' logged (operator, connection, PUT)"),
 )
-
-T = TypeVar("T")
-
-
-class BenchmarkError(RuntimeError):
-    """The stack did not do what a cycle waits for."""
-
-
-def epoch_s(value: str | None) -> float | None:
-    """An Airflow API timestamp (ISO 8601 with offset) as Unix seconds."""
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
-
-
-def wait_for(description: str, condition: Callable[[], T | None], timeout_s: float, interval_s: float = 0.5) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise BenchmarkError(f"{description}: not within {timeout_s:.0f} s")
-        time.sleep(interval_s)
 
 
 def deploy_dags(folder: Path, window_s: float) -> None:
@@ -174,9 +152,7 @@ class Stack:
         self.bootstrap = bootstrap
 
     def status(self) -> dict[str, Any]:
-        from airflow_kerr.local.demo import CONNECTOR
-
-        result: dict[str, Any] = self.ui.connect.status(CONNECTOR)
+        result: dict[str, Any] = self.ui.connect.status(ORDERS_CONNECTOR)
         return result
 
     def connector_state(self) -> str:
@@ -213,26 +189,6 @@ class Stack:
         assets = self.get("/assets", name_pattern=BREACH_ASSET)["assets"]
         [asset] = [a for a in assets if a["name"] == BREACH_ASSET]
         return int(asset["id"])
-
-
-def wait_until_paused(stack: Stack) -> tuple[float, float]:
-    """Poll ``/status`` every 50 ms: when the connector read PAUSED, and when its tasks did too (Unix seconds)."""
-    deadline = time.monotonic() + CYCLE_TIMEOUT_S
-    connector_at: float | None = None
-    while time.monotonic() < deadline:
-        try:
-            status = stack.status()
-        except Exception:  # a worker busy rebalancing answers 409; keep polling
-            status = {}
-        seen = time.time()
-        connector = (status.get("connector") or {}).get("state")
-        if connector == "PAUSED" and connector_at is None:
-            connector_at = seen
-        tasks = [task["state"] for task in status.get("tasks") or []]
-        if connector_at is not None and tasks and set(tasks) == {"PAUSED"}:
-            return connector_at, seen
-        time.sleep(STATUS_POLL_S)
-    raise BenchmarkError(f"orders-sink not PAUSED within {CYCLE_TIMEOUT_S:.0f} s")
 
 
 def task_log(stack: Stack, run_id: str, try_number: int) -> list[dict[str, Any]]:
@@ -395,7 +351,7 @@ def cycle(stack: Stack, meter: CpuMeter, asset_id: int, number: int, window_s: f
     load = os.getloadavg()[0]
     before = meter.sample()
     t0_ms = write_task_metrics(stack.bootstrap, records_in=200, errors=60)
-    paused_s, tasks_paused_s = wait_until_paused(stack)
+    paused_s, tasks_paused_s = wait_until_paused(stack.status, ORDERS_CONNECTOR, CYCLE_TIMEOUT_S)
     foreign = meter.foreign_cores(before, meter.sample())
     row = {
         "cycle": number,
@@ -442,7 +398,7 @@ def guard_cycle(stack: Stack, meter: CpuMeter, number: int, window_s: float) -> 
     load = os.getloadavg()[0]
     before = meter.sample()
     t0_ms = write_task_metrics(stack.bootstrap, records_in=200, errors=60)
-    paused_s, tasks_paused_s = wait_until_paused(stack)
+    paused_s, tasks_paused_s = wait_until_paused(stack.status, ORDERS_CONNECTOR, CYCLE_TIMEOUT_S)
     foreign = meter.foreign_cores(before, meter.sample())
     entry = stack.get(
         f"/dags/{GUARD_DAG}/dagRuns/{run_id}/taskInstances/{GUARD_DAG}.wait_for_breach/xcomEntries/return_value"
@@ -496,10 +452,6 @@ def guard_cycle(stack: Stack, meter: CpuMeter, number: int, window_s: float) -> 
         raise BenchmarkError(f"guard run {run_id} {finished['state']}, orders-sink {stack.connector_state()}")
     time.sleep(window_s + 2.0)  # the clean record leaves the window too, so every cycle starts alike
     return row
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
