@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 Partition = tuple[str, int]
 
@@ -61,9 +62,10 @@ def group_offsets(
     return {(str(tp.topic), int(tp.partition)): int(tp.offset) for tp in found if tp.offset >= 0}
 
 
-def topic_partitions(consumer: Consumer, topic: str, timeout_s: float = 10.0) -> list[Partition]:
-    """The partitions of ``topic``, or an OffsetLookupError naming the topic when it does not exist."""
-    metadata = consumer.list_topics(topic, timeout=timeout_s)
+def topic_partitions(client: Consumer | AdminClient, topic: str, timeout_s: float = 10.0) -> list[Partition]:
+    """The partitions of ``topic`` (asked of a consumer or an admin client), or an OffsetLookupError naming the
+    topic when it does not exist."""
+    metadata = client.list_topics(topic, timeout=timeout_s)
     topic_md = metadata.topics.get(topic)
     if topic_md is None or topic_md.error is not None or not topic_md.partitions:
         reason = topic_md.error if topic_md is not None and topic_md.error is not None else "no partitions"
