@@ -44,6 +44,7 @@ from airflow_kerr.kafka.metrics_topic import MetricsFollower
 from airflow_kerr.kafka.offsets import (
     OffsetLookupError,
     Partition,
+    listed_watermarks,
     offset_consumer,
     topic_partitions,
     watermarks,
@@ -306,11 +307,10 @@ class SharedClients:
         partitions = [tp for t in topics if t not in self._topic_errors for tp in self._partitions.get(t, [])]
         if not partitions:
             return
-        # One ListOffsets request for all of them (timestamp -1: the latest offset).
-        listed_now = self._offsets.offsets_for_times(
-            [TopicPartition(t, p, -1) for t, p in partitions], timeout=_TIMEOUT_S
-        )
-        listed = {(str(tp.topic), int(tp.partition)): int(tp.offset) for tp in listed_now}
+        # One ListOffsets request for all of them: their ends as listed.
+        listed = {
+            key: high for key, (_, high) in listed_watermarks(self._offsets, partitions, _TIMEOUT_S, low=False).items()
+        }
         moved = [k for k in partitions if k not in self._ends or listed.get(k) != self._listed.get(k)]
         ends = dict(self._ends)
         if moved:  # only these need the fetch that verifies the end (see offsets.py)
