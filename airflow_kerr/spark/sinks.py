@@ -8,6 +8,7 @@ past a record that was not written.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
@@ -87,6 +88,10 @@ class _Deliveries:
         self.target(error, message)
 
 
+#: One idle producer the pool keeps: when it was given back, the producer, its delivery-report target.
+_Idle = tuple[float, Producer, _Deliveries]
+
+
 class ProducerPool:
     """Idle producers a process keeps between the tasks of one run, so each task does not start its own.
 
@@ -97,49 +102,104 @@ class ProducerPool:
     half its time (``benchmarks/scaling.py``). A task that succeeded gives its flushed
     producers back (:meth:`ProducerChannel.release`); the next task of the same run with the
     same settings takes them, with their id. Only producers with nothing queued and no
-    failure come back; one idle for :data:`POOL_IDLE_S` is closed, so nothing outlives its run
-    for long (nor keeps reconnecting to a broker that is gone).
+    failure come back.
+
+    Nothing outlives its run for long, nor keeps reconnecting to a broker that is gone: one
+    daemon thread per pool closes a producer idle for ``idle_s`` (whether or not another task
+    comes), another run's producers are closed when this run's come back, and the rest are
+    closed when the process exits normally (``atexit``). Closing flushes nothing: a pooled
+    producer had nothing queued nor unreported when it came back.
     """
 
     def __init__(self, idle_s: float) -> None:
         self.idle_s = idle_s
-        self._lock = threading.Lock()
-        self._idle: dict[str, list[tuple[float, Producer, _Deliveries]]] = {}
+        #: Guards ``_idle`` and ``closed``; the reaper waits on it for the oldest producer's time or a change.
+        self._changed = threading.Condition()
+        self._idle: dict[str, list[_Idle]] = {}
+        self._reaper: threading.Thread | None = None
+        #: Producers this pool has closed so far: evidence for tests.
+        self.closed = 0
 
     def take(self, key: str) -> tuple[Producer, _Deliveries] | None:
         """An idle producer kept under ``key`` (the newest), or None."""
-        with self._lock:
-            self._expire(time.monotonic())
+        with self._changed:
+            expired = self._pop_expired(time.monotonic())
             kept = self._idle.get(key)
-            if not kept:
-                return None
-            _, producer, deliveries = kept.pop()
-            return producer, deliveries
+            found = kept.pop() if kept else None
+            if kept is not None and not kept:
+                del self._idle[key]
+        self._close(expired)
+        return None if found is None else (found[1], found[2])
 
     def give(self, key: str, producer: Producer, deliveries: _Deliveries) -> None:
         """Keep ``producer`` (flushed, nothing queued) for the next task under ``key``; only one run's at a time."""
-        with self._lock:
-            now = time.monotonic()
-            for other in [k for k in self._idle if k.split("|", 1)[0] != key.split("|", 1)[0]]:
-                del self._idle[other]  # another run's: this worker has moved on
-            self._idle.setdefault(key, []).append((now, producer, deliveries))
-            self._expire(now)
-        timer = threading.Timer(self.idle_s + 0.05, self.expire)
-        timer.daemon = True
-        timer.start()
+        run = key.split("|", 1)[0]
+        with self._changed:
+            # Another run's: this worker has moved on.
+            dropped = [
+                entry for other in list(self._idle) if other.split("|", 1)[0] != run for entry in self._idle.pop(other)
+            ]
+            self._idle.setdefault(key, []).append((time.monotonic(), producer, deliveries))
+            if self._reaper is None or not self._reaper.is_alive():  # not alive: made before a fork
+                self._reaper = threading.Thread(target=self._reap, name="kerr-producer-pool", daemon=True)
+                self._reaper.start()
+            self._changed.notify_all()
+        self._close(dropped)
 
-    def expire(self) -> None:
-        with self._lock:
-            self._expire(time.monotonic())
+    def close_all(self) -> None:
+        """Close every idle producer: the process is leaving, and no task of its will take them."""
+        with self._changed:
+            everything = [entry for kept in self._idle.values() for entry in kept]
+            self._idle.clear()
+            self._changed.notify_all()
+        self._close(everything)
 
-    def _expire(self, now: float) -> None:
+    def wait_closed(self, count: int, timeout_s: float) -> bool:
+        """Wait until the pool has closed ``count`` producers in all; whether it has (tests' evidence)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.closed >= count, timeout_s)
+
+    def _reap(self) -> None:
+        """The pool's daemon thread: close each producer once it has been idle ``idle_s``; end when none is left."""
+        while True:
+            with self._changed:
+                if not self._idle:
+                    self._reaper = None
+                    return
+                oldest = min(given for kept in self._idle.values() for given, _, _ in kept)
+                left = oldest + self.idle_s - time.monotonic()
+                if left > 0:
+                    self._changed.wait(left)  # or until a give, a take or close_all changes what is idle
+                    continue
+                expired = self._pop_expired(time.monotonic())
+            self._close(expired)
+
+    def _pop_expired(self, now: float) -> list[_Idle]:
+        """Take the producers idle for ``idle_s`` or longer out of the pool (the caller holds the lock)."""
+        expired: list[_Idle] = []
         for key in list(self._idle):
-            self._idle[key] = [entry for entry in self._idle[key] if now - entry[0] < self.idle_s]
-            if not self._idle[key]:
+            kept = self._idle[key]
+            expired += [entry for entry in kept if now - entry[0] >= self.idle_s]
+            kept[:] = [entry for entry in kept if now - entry[0] < self.idle_s]
+            if not kept:
                 del self._idle[key]
+        return expired
+
+    def _close(self, entries: list[_Idle]) -> None:
+        """Close producers already taken out of the pool, outside its lock (no task waits on a closing producer)."""
+        if not entries:
+            return
+        for _, producer, _ in entries:
+            try:
+                producer.close()
+            except Exception as error:  # a producer that will not close must not stop the others from closing
+                LOG.warning("could not close an idle pooled producer: %s", error)
+        with self._changed:
+            self.closed += len(entries)
+            self._changed.notify_all()
 
     def __len__(self) -> int:
-        with self._lock:
+        with self._changed:
             return sum(len(kept) for kept in self._idle.values())
 
 
@@ -147,6 +207,9 @@ class ProducerPool:
 POOL_IDLE_S = 10.0
 #: This process's idle producers (a Spark Python worker's, between its tasks).
 PRODUCER_POOL = ProducerPool(POOL_IDLE_S)
+# A Spark Python worker that ends normally closes what it keeps; a forked PySpark worker ends with os._exit,
+# which runs no handler, but then the process and its connections are gone at once: nothing reconnects.
+atexit.register(PRODUCER_POOL.close_all)
 
 
 class ProducerChannel:
