@@ -9,6 +9,7 @@ past a record that was not written.
 from __future__ import annotations
 
 import atexit
+import inspect
 import json
 import logging
 import math
@@ -16,6 +17,7 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
@@ -79,13 +81,33 @@ def encode_value(value: Any) -> bytes | None:
 
 
 class _Deliveries:
-    """A producer's ``on_delivery``: calls the channel that holds the producer now (a pooled one changes hands)."""
+    """A producer's ``on_delivery``: calls the channel that holds the producer now (a pooled one changes hands).
+
+    It holds a channel's method weakly. The producer holds this object, so a strong reference made
+    channel and producer a cycle, which lives until a garbage collection rather than until the
+    channel is dropped: a finished run's producers went on reconnecting to a broker that had stopped.
+    A report for a channel that is gone is logged when it is an error.
+    """
 
     def __init__(self, target: Callable[[KafkaError | None, Any], None]) -> None:
         self.target = target
 
+    @property
+    def target(self) -> Callable[[KafkaError | None, Any], None] | None:
+        return self._target()
+
+    @target.setter
+    def target(self, target: Callable[[KafkaError | None, Any], None]) -> None:
+        self._target: Callable[[], Callable[[KafkaError | None, Any], None] | None] = (
+            weakref.WeakMethod(target) if inspect.ismethod(target) else lambda: target
+        )
+
     def __call__(self, error: KafkaError | None, message: Any) -> None:
-        self.target(error, message)
+        target = self._target()
+        if target is not None:
+            target(error, message)
+        else:
+            _dropped_delivery(error, message)
 
 
 #: One idle producer the pool keeps: when it was given back, the producer, its delivery-report target.

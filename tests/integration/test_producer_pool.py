@@ -9,8 +9,10 @@ writes must be reported to it, not to the task that gave the producer back.
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -148,3 +150,23 @@ print("kept before exit:", len(PRODUCER_POOL), "closed:", PRODUCER_POOL.closed)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["kept before exit: 1 closed: 0", "kept at exit: 0 closed: 1"]
     assert _values(kafka_config, sink, 1) == [b"kept"]
+
+
+def test_a_dropped_channel_takes_its_producers_with_it_without_a_garbage_collection(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """A channel and its producers are no reference cycle: dropped (as the driver drops its metrics channel when a
+    run ends), they go at once, not at some later collection while their producers reconnect to a stopped broker."""
+    sink = create_topic(unique_topic, 1)
+    gc.disable()
+    try:
+        channel = ProducerChannel(kafka_config)
+        channel.open_dead_letters()
+        channel.produce(sink, value=b"delivered")
+        channel.flush()
+        gone = weakref.ref(channel)
+        del channel
+        assert gone() is None
+    finally:
+        gc.enable()
+    assert _values(kafka_config, sink, 1) == [b"delivered"]
