@@ -14,12 +14,10 @@ import json
 import logging
 import math
 import os
-import threading
-import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import DeadLetterQueueRecord
 from airflow_kerr.formats import RegistrySerializer, RegistrySettings, registry_client_for
 from airflow_kerr.formats.registry_settings import FORMATS
+from airflow_kerr.kafka.idle_clients import IdleClients
 from airflow_kerr.kafka.offset_spans import SpanRecorder
 from airflow_kerr.kafka.record_size import batch_size, is_size_error, message_max_bytes, record_size
 from airflow_kerr.spark.spec import SinkSpec
@@ -110,11 +109,19 @@ class _Deliveries:
             _dropped_delivery(error, message)
 
 
-#: One idle producer the pool keeps: when it was given back, the producer, its delivery-report target.
-_Idle = tuple[float, Producer, _Deliveries]
+@dataclass(frozen=True)
+class _Pooled:
+    """An idle producer the pool keeps, with its delivery-report target."""
+
+    producer: Producer
+    deliveries: _Deliveries
+
+    def close(self) -> None:
+        """Close it; this flushes nothing, as a producer came back only with nothing queued nor unreported."""
+        self.producer.close()
 
 
-class ProducerPool:
+class ProducerPool(IdleClients):
     """Idle producers a process keeps between the tasks of one run, so each task does not start its own.
 
     Why: a new idempotent producer sends nothing until it has its producer id, and librdkafka
@@ -126,110 +133,34 @@ class ProducerPool:
     same settings takes them, with their id. Only producers with nothing queued and no
     failure come back.
 
-    Nothing outlives its run for long, nor keeps reconnecting to a broker that is gone: one
-    daemon thread per pool closes a producer idle for ``idle_s`` (whether or not another task
-    comes), another run's producers are closed when this run's come back, and the rest are
-    closed when the process exits normally (``atexit``). Closing flushes nothing: a pooled
-    producer had nothing queued nor unreported when it came back.
+    Nothing outlives its run for long, nor keeps reconnecting to a broker that is gone
+    (:class:`~airflow_kerr.kafka.idle_clients.IdleClients`): the pool's daemon thread closes a
+    producer idle for ``idle_s`` whether or not another task comes, another run's producers
+    are closed when this run's come back, and the rest when the process exits normally.
     """
 
     def __init__(self, idle_s: float) -> None:
-        self.idle_s = idle_s
-        #: Guards ``_idle`` and ``closed``; the reaper waits on it for the oldest producer's time or a change.
-        self._changed = threading.Condition()
-        self._idle: dict[str, list[_Idle]] = {}
-        self._reaper: threading.Thread | None = None
-        #: Producers this pool has closed so far: evidence for tests.
-        self.closed = 0
+        super().__init__(POOL_MAX_PRODUCERS, idle_s, name="kerr-producer-pool")
 
-    def take(self, key: str) -> tuple[Producer, _Deliveries] | None:
-        """An idle producer kept under ``key`` (the newest), or None."""
-        with self._changed:
-            expired = self._pop_expired(time.monotonic())
-            kept = self._idle.get(key)
-            found = kept.pop() if kept else None
-            if kept is not None and not kept:
-                del self._idle[key]
-        self._close(expired)
-        return None if found is None else (found[1], found[2])
+    def take(self, key: Hashable) -> tuple[Producer, _Deliveries] | None:
+        """The idle producer kept under ``key``, or None."""
+        kept = super().take(key)
+        return None if kept is None else (kept.producer, kept.deliveries)
 
     def give(self, key: str, producer: Producer, deliveries: _Deliveries) -> None:
         """Keep ``producer`` (flushed, nothing queued) for the next task under ``key``; only one run's at a time."""
         run = key.split("|", 1)[0]
-        with self._changed:
-            # Another run's: this worker has moved on.
-            dropped = [
-                entry for other in list(self._idle) if other.split("|", 1)[0] != run for entry in self._idle.pop(other)
-            ]
-            self._idle.setdefault(key, []).append((time.monotonic(), producer, deliveries))
-            if self._reaper is None or not self._reaper.is_alive():  # not alive: made before a fork
-                self._reaper = threading.Thread(target=self._reap, name="kerr-producer-pool", daemon=True)
-                self._reaper.start()
-            self._changed.notify_all()
-        self._close(dropped)
-
-    def close_all(self) -> None:
-        """Close every idle producer: the process is leaving, and no task of its will take them."""
-        with self._changed:
-            everything = [entry for kept in self._idle.values() for entry in kept]
-            self._idle.clear()
-            self._changed.notify_all()
-        self._close(everything)
-
-    def wait_closed(self, count: int, timeout_s: float) -> bool:
-        """Wait until the pool has closed ``count`` producers in all; whether it has (tests' evidence)."""
-        with self._changed:
-            return self._changed.wait_for(lambda: self.closed >= count, timeout_s)
-
-    def _reap(self) -> None:
-        """The pool's daemon thread: close each producer once it has been idle ``idle_s``; end when none is left."""
-        while True:
-            with self._changed:
-                if not self._idle:
-                    self._reaper = None
-                    return
-                oldest = min(given for kept in self._idle.values() for given, _, _ in kept)
-                left = oldest + self.idle_s - time.monotonic()
-                if left > 0:
-                    self._changed.wait(left)  # or until a give, a take or close_all changes what is idle
-                    continue
-                expired = self._pop_expired(time.monotonic())
-            self._close(expired)
-
-    def _pop_expired(self, now: float) -> list[_Idle]:
-        """Take the producers idle for ``idle_s`` or longer out of the pool (the caller holds the lock)."""
-        expired: list[_Idle] = []
-        for key in list(self._idle):
-            kept = self._idle[key]
-            expired += [entry for entry in kept if now - entry[0] >= self.idle_s]
-            kept[:] = [entry for entry in kept if now - entry[0] < self.idle_s]
-            if not kept:
-                del self._idle[key]
-        return expired
-
-    def _close(self, entries: list[_Idle]) -> None:
-        """Close producers already taken out of the pool, outside its lock (no task waits on a closing producer)."""
-        if not entries:
-            return
-        for _, producer, _ in entries:
-            try:
-                producer.close()
-            except Exception as error:  # a producer that will not close must not stop the others from closing
-                LOG.warning("could not close an idle pooled producer: %s", error)
-        with self._changed:
-            self.closed += len(entries)
-            self._changed.notify_all()
-
-    def __len__(self) -> int:
-        with self._changed:
-            return sum(len(kept) for kept in self._idle.values())
+        self.drop(lambda other: str(other).split("|", 1)[0] != run)  # another run's: this worker has moved on
+        self.put(key, _Pooled(producer, deliveries))
 
 
 #: How long an idle producer is kept for the run's next task (tasks of one job follow each other within ms).
 POOL_IDLE_S = 10.0
+#: Idle producers kept at most: a run's tasks use two settings (sink, DLQ), one producer each.
+POOL_MAX_PRODUCERS = 8
 #: This process's idle producers (a Spark Python worker's, between its tasks).
 PRODUCER_POOL = ProducerPool(POOL_IDLE_S)
-# A Spark Python worker that ends normally closes what it keeps; a forked PySpark worker ends with os._exit,
+# A Python process that ends normally closes what it keeps; a forked PySpark worker ends with os._exit,
 # which runs no handler, but then the process and its connections are gone at once: nothing reconnects.
 atexit.register(PRODUCER_POOL.close_all)
 
