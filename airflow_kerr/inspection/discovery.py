@@ -16,6 +16,7 @@ from confluent_kafka import TopicPartition
 
 from airflow_kerr.errors.dead_letter import parse_dead_letter
 from airflow_kerr.inspection.consumers import first_records, scratch_consumer
+from airflow_kerr.kafka.offsets import listed_watermarks
 
 
 @dataclass(frozen=True)
@@ -35,37 +36,6 @@ class DeadLetterQueueTopic:
 
 #: Names looked at first: dlq, Spring's ``.DLT`` / ``-dlt``, dead, error, fail.
 _DLQ_LIKE = re.compile(r"dlq|dlt|dead|error|fail", re.IGNORECASE)
-#: ``ListOffsets`` timestamps that ask for a partition's end and its start.
-_LATEST, _EARLIEST = -1, -2
-
-
-def _watermarks(
-    consumer: Any, partitions: list[tuple[str, int]], deadline: float
-) -> dict[tuple[str, int], tuple[int, int]]:
-    """Low and high watermark of every partition in two ``ListOffsets`` requests, not one per partition.
-
-    One request per partition took the whole 5 s budget once a broker held a few hundred
-    topics, so a DLQ that sorted late was never discovered. A partition the broker answers
-    with an error is left out (not discovered), as one that did not answer in time was.
-    """
-    if not partitions:
-        return {}
-    answers = []
-    for timestamp in (_EARLIEST, _LATEST):
-        left = max(0.1, deadline - time.monotonic())
-        asked = [TopicPartition(topic, partition, timestamp) for topic, partition in partitions]
-        answers.append({(tp.topic, tp.partition): tp for tp in consumer.offsets_for_times(asked, timeout=left)})
-    lows, highs = answers
-    return {
-        key: (lows[key].offset, highs[key].offset)
-        for key in partitions
-        if key in lows
-        and key in highs
-        and lows[key].error is None
-        and highs[key].error is None
-        and lows[key].offset >= 0
-        and highs[key].offset >= 0
-    }
 
 
 def list_dead_letter_queues(
@@ -100,7 +70,15 @@ def list_dead_letter_queues(
             key=lambda name: (_DLQ_LIKE.search(name) is None, name),
         )[: max(0, max_topics)]
         looked = [name for name in wanted if name in present] + others
-        marks = _watermarks(consumer, [(name, p) for name in looked for p in present[name]], deadline)
+        # Two ListOffsets requests for all of them: one per partition took the whole budget once a broker held a
+        # few hundred topics, so a DLQ that sorted late was never discovered. A partition the broker answers
+        # with an error is left out (not discovered), as one whose newest record did not come in time is.
+        marks = listed_watermarks(
+            consumer,
+            [(name, p) for name in looked for p in present[name]],
+            max(0.1, deadline - time.monotonic()),
+            skip_errors=True,
+        )
         newest = first_records(
             consumer,
             {key: max(low, high - 1) for key, (low, high) in marks.items()},

@@ -15,9 +15,12 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 Partition = tuple[str, int]
+#: ``ListOffsets`` timestamps that ask for a partition's start and its end.
+EARLIEST, LATEST = -2, -1
 
 
 class OffsetLookupError(RuntimeError):
@@ -61,14 +64,56 @@ def group_offsets(
     return {(str(tp.topic), int(tp.partition)): int(tp.offset) for tp in found if tp.offset >= 0}
 
 
-def topic_partitions(consumer: Consumer, topic: str, timeout_s: float = 10.0) -> list[Partition]:
-    """The partitions of ``topic``, or an OffsetLookupError naming the topic when it does not exist."""
-    metadata = consumer.list_topics(topic, timeout=timeout_s)
+def topic_partitions(client: Consumer | AdminClient, topic: str, timeout_s: float = 10.0) -> list[Partition]:
+    """The partitions of ``topic`` (asked of a consumer or an admin client), or an OffsetLookupError naming the
+    topic when it does not exist."""
+    metadata = client.list_topics(topic, timeout=timeout_s)
     topic_md = metadata.topics.get(topic)
     if topic_md is None or topic_md.error is not None or not topic_md.partitions:
         reason = topic_md.error if topic_md is not None and topic_md.error is not None else "no partitions"
         raise OffsetLookupError(f"topic {topic!r} is not available on the broker: {reason}")
     return [(topic, p) for p in sorted(topic_md.partitions)]
+
+
+def listed_watermarks(
+    consumer: Consumer,
+    partitions: Iterable[Partition],
+    timeout_s: float = 10.0,
+    *,
+    low: bool = True,
+    skip_errors: bool = False,
+) -> dict[Partition, tuple[int, int]]:
+    """Low and high watermark of every partition as ``ListOffsets`` reports them, in one request for all their
+    starts and one for all their ends (per leader broker), not a pair of requests per partition.
+
+    A pair per partition took seconds once a broker held a few hundred topics. The high is as listed, not
+    fetch-verified (:func:`watermarks` verifies it). ``low=False`` asks for the ends only (one request) and
+    reports each low as -1. Both requests share ``timeout_s``. A request that failed as a whole or did not
+    answer in time raises KafkaException; so does a partition the broker answered with an error (one it did not
+    answer: OffsetLookupError), unless ``skip_errors``: then those, and any listed at a negative offset, are
+    left out.
+    """
+    keys = list(dict.fromkeys(partitions))
+    if not keys:
+        return {}
+    deadline = time.monotonic() + timeout_s
+    answers: list[dict[Partition, TopicPartition]] = []
+    for timestamp in (EARLIEST, LATEST) if low else (LATEST,):
+        left = max(0.1, deadline - time.monotonic())
+        found = consumer.offsets_for_times([TopicPartition(t, p, timestamp) for t, p in keys], timeout=left)
+        answers.append({(str(tp.topic), int(tp.partition)): tp for tp in found})
+    listed: dict[Partition, tuple[int, int]] = {}
+    for key in keys:
+        answered = [answer[key] for answer in answers if key in answer]
+        error = next((tp.error for tp in answered if tp.error is not None), None)
+        if error is None and len(answered) == len(answers):
+            if not skip_errors or all(tp.offset >= 0 for tp in answered):
+                listed[key] = (int(answered[0].offset) if low else -1, int(answered[-1].offset))
+        elif not skip_errors:
+            if error is not None:
+                raise KafkaException(error)
+            raise OffsetLookupError(f"the broker listed no offsets for partition {key[1]} of {key[0]!r}")
+    return listed
 
 
 def watermarks(
@@ -79,10 +124,7 @@ def watermarks(
     ``consumer`` must be one made by :func:`offset_consumer`: its assignment is
     replaced and the records it fetches are dropped.
     """
-    listed: dict[Partition, tuple[int, int]] = {}
-    for topic, partition in partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
-        listed[(topic, partition)] = (low, high)
+    listed = listed_watermarks(consumer, partitions, timeout_s)
     to_verify = [key for key, (low, high) in listed.items() if high > low]
     if not to_verify:
         return listed

@@ -41,8 +41,15 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from airflow_kerr.kafka.metrics_topic import MetricsFollower
-from airflow_kerr.kafka.offsets import OffsetLookupError, Partition, offset_consumer, watermarks
-from airflow_kerr.kafka.watch_cursor import MAX_STATE_BYTES, WatchPosition
+from airflow_kerr.kafka.offsets import (
+    OffsetLookupError,
+    Partition,
+    listed_watermarks,
+    offset_consumer,
+    topic_partitions,
+    watermarks,
+)
+from airflow_kerr.kafka.watch_cursor import WatchPosition, position_commits, position_from_commits
 
 #: Set to ``0`` to give each watch its own clients again (how watches ran before; ``benchmarks/watch_scale.py``).
 SHARING_ENV = "KERR_SHARED_WATCH_CLIENTS"
@@ -192,35 +199,14 @@ class SharedClients:
     def load_position(self, group: str, topic: str) -> WatchPosition | None:
         """Group ``group``'s saved position on ``topic`` (as :meth:`WatchCursor.load`), through the admin client."""
         admin = self._admin_client()
-        metadata = admin.list_topics(topic, timeout=_TIMEOUT_S).topics.get(topic)
-        if metadata is None or metadata.error is not None or not metadata.partitions:
-            reason = metadata.error if metadata is not None and metadata.error is not None else "no partitions"
-            raise OffsetLookupError(f"topic {topic!r} is not available on the broker: {reason}")
-        asked = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in sorted(metadata.partitions)])
+        partitions = [TopicPartition(t, p) for t, p in topic_partitions(admin, topic, _TIMEOUT_S)]
+        asked = ConsumerGroupTopicPartitions(group, partitions)
         found = admin.list_consumer_group_offsets([asked], request_timeout=_TIMEOUT_S)[group].result()
-        committed = [tp for tp in found.topic_partitions if tp.offset >= 0]
-        if not committed:
-            return None
-        state = next((json.loads(tp.metadata) for tp in committed if tp.partition == 0 and tp.metadata), None)
-        return WatchPosition({int(tp.partition): int(tp.offset) for tp in committed}, state)
+        return position_from_commits(found.topic_partitions)
 
     def save_position(self, group: str, topic: str, position: WatchPosition) -> None:
         """Commit ``position`` for ``group`` (as :meth:`WatchCursor.save`); raises the broker's error."""
-        metadata = None if position.state is None else json.dumps(position.state, sort_keys=True)
-        if metadata is not None and len(metadata.encode()) > MAX_STATE_BYTES:
-            raise ValueError(
-                f"watch state for group {group!r} is {len(metadata.encode())} bytes; "
-                f"Kafka keeps at most {MAX_STATE_BYTES} bytes of commit metadata"
-            )
-        offsets = dict(position.offsets) or {0: 0}
-        offsets.setdefault(0, 0)
-        partitions = [
-            TopicPartition(topic, p, o, metadata=metadata)
-            if p == 0 and metadata is not None
-            else TopicPartition(topic, p, o)
-            for p, o in sorted(offsets.items())
-        ]
-        request = ConsumerGroupTopicPartitions(group, partitions)
+        request = ConsumerGroupTopicPartitions(group, position_commits(group, topic, position))
         result = (
             self._admin_client().alter_consumer_group_offsets([request], request_timeout=_TIMEOUT_S)[group].result()
         )
@@ -321,11 +307,10 @@ class SharedClients:
         partitions = [tp for t in topics if t not in self._topic_errors for tp in self._partitions.get(t, [])]
         if not partitions:
             return
-        # One ListOffsets request for all of them (timestamp -1: the latest offset).
-        listed_now = self._offsets.offsets_for_times(
-            [TopicPartition(t, p, -1) for t, p in partitions], timeout=_TIMEOUT_S
-        )
-        listed = {(str(tp.topic), int(tp.partition)): int(tp.offset) for tp in listed_now}
+        # One ListOffsets request for all of them: their ends as listed.
+        listed = {
+            key: high for key, (_, high) in listed_watermarks(self._offsets, partitions, _TIMEOUT_S, low=False).items()
+        }
         moved = [k for k in partitions if k not in self._ends or listed.get(k) != self._listed.get(k)]
         ends = dict(self._ends)
         if moved:  # only these need the fetch that verifies the end (see offsets.py)

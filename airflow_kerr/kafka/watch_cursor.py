@@ -15,7 +15,7 @@ No Airflow imports: the triggers call this in a worker thread.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,35 @@ class WatchPosition:
     state: dict[str, Any] | None = None
 
 
+def position_commits(group: str, topic: str, position: WatchPosition) -> list[TopicPartition]:
+    """The offsets to commit for ``position``: its state as JSON on partition 0's commit (partition 0 at offset 0
+    when it has no offset of its own), so a consumer's commit and an admin client's alter read back alike.
+
+    Raises ValueError naming the group when the state is longer than Kafka keeps (:data:`MAX_STATE_BYTES`).
+    """
+    metadata = None if position.state is None else json.dumps(position.state, sort_keys=True)
+    if metadata is not None and len(metadata.encode()) > MAX_STATE_BYTES:
+        raise ValueError(
+            f"watch state for group {group!r} is {len(metadata.encode())} bytes; "
+            f"Kafka keeps at most {MAX_STATE_BYTES} bytes of commit metadata"
+        )
+    offsets = {0: 0, **position.offsets}
+    return [
+        TopicPartition(topic, p, o, metadata=metadata) if p == 0 and metadata else TopicPartition(topic, p, o)
+        for p, o in sorted(offsets.items())
+    ]
+
+
+def position_from_commits(found: Iterable[TopicPartition]) -> WatchPosition | None:
+    """The position ``found`` (a group's committed offsets, as a consumer or an admin client lists them) holds,
+    or None when the group never committed on the topic; the state is partition 0's commit metadata."""
+    committed = [tp for tp in found if tp.offset >= 0]
+    if not committed:
+        return None
+    state = next((json.loads(tp.metadata) for tp in committed if tp.partition == 0 and tp.metadata), None)
+    return WatchPosition({int(tp.partition): int(tp.offset) for tp in committed}, state)
+
+
 class WatchCursor:
     """Load and save a :class:`WatchPosition` as group ``group``'s committed offsets on ``topic``.
 
@@ -50,34 +79,13 @@ class WatchCursor:
 
     def load(self) -> WatchPosition | None:
         """The saved position, or None when this group never committed on the topic."""
-        partitions = [p for _, p in topic_partitions(self._consumer, self.topic, self.timeout_s)]
-        found = self._consumer.committed([TopicPartition(self.topic, p) for p in partitions], timeout=self.timeout_s)
-        committed = [tp for tp in found if tp.offset >= 0]
-        if not committed:
-            return None
-        state: dict[str, Any] | None = None
-        for tp in committed:
-            if tp.partition == 0 and tp.metadata:
-                state = json.loads(tp.metadata)
-        return WatchPosition({int(tp.partition): int(tp.offset) for tp in committed}, state)
+        partitions = topic_partitions(self._consumer, self.topic, self.timeout_s)
+        found = self._consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=self.timeout_s)
+        return position_from_commits(found)
 
     def save(self, position: WatchPosition) -> None:
         """Commit ``position`` synchronously; raises the broker's error when the commit fails."""
-        metadata = None if position.state is None else json.dumps(position.state, sort_keys=True)
-        if metadata is not None and len(metadata.encode()) > MAX_STATE_BYTES:
-            raise ValueError(
-                f"watch state for group {self.group!r} is {len(metadata.encode())} bytes; "
-                f"Kafka keeps at most {MAX_STATE_BYTES} bytes of commit metadata"
-            )
-        offsets = dict(position.offsets) or {0: 0}
-        offsets.setdefault(0, 0)
-        partitions = []
-        for partition, offset in sorted(offsets.items()):
-            if partition == 0 and metadata is not None:
-                partitions.append(TopicPartition(self.topic, partition, offset, metadata=metadata))
-            else:
-                partitions.append(TopicPartition(self.topic, partition, offset))
-        self._consumer.commit(offsets=partitions, asynchronous=False)
+        self._consumer.commit(offsets=position_commits(self.group, self.topic, position), asynchronous=False)
 
     def close(self) -> None:
         self._consumer.close()

@@ -38,7 +38,8 @@ headers), ``dead_letter_view_conn_id`` (default ``kafka_default``),
 ``dead_letter_view_registry_conn_id`` (default ``schema_registry_default``),
 ``replay_dag_id`` (default ``dlq_replay``), ``dead_letter_view_max_reads`` (default 2: reads of
 Kafka at once per api-server worker) and ``dead_letter_view_queue_seconds`` (default 10: how long
-a request waits for one before a 429 with ``Retry-After``).
+a request waits for one before a 429 with ``Retry-After``). A setting the view cannot use stops the
+plugin loading (:meth:`DeadLetterViewPlugin.on_load`), never a request.
 
 Under load (an incident, twenty people on one DLQ) the reads are shared and bounded
 (:mod:`airflow_kerr.plugins.shared_reads`): the same question asked by many is read once,
@@ -49,6 +50,7 @@ each request ends within :data:`REQUEST_BOUND_S` while the broker answers.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import threading
@@ -97,6 +99,7 @@ from airflow_kerr.plugins.shared_reads import (
 )
 from airflow_kerr.replay.form import TRIGGER_FORM
 
+LOG = logging.getLogger(__name__)
 URL_PREFIX = "/kerr"
 STATIC = Path(__file__).resolve().parent / "static"
 CONFIG_SECTION = "kerr"
@@ -139,7 +142,9 @@ class ViewSettings:
     queue_seconds: float = DEFAULT_QUEUE_SECONDS
 
     @classmethod
-    def from_airflow(cls) -> ViewSettings:
+    def from_airflow(cls, on_invalid: Callable[[InvalidViewSetting], None] | None = None) -> ViewSettings:
+        """The settings now; a setting the view cannot use raises :class:`InvalidViewSetting` naming it, or, with
+        ``on_invalid``, is passed to it and its default used instead."""
         topics = conf.get(CONFIG_SECTION, "dead_letter_topics", fallback="") or ""
         registry = conf.get(CONFIG_SECTION, "dead_letter_view_registry_conn_id", fallback="schema_registry_default")
         return cls(
@@ -150,24 +155,34 @@ class ViewSettings:
             schema_registry_conn_id=registry or "schema_registry_default",
             max_reads=_setting(
                 "dead_letter_view_max_reads",
-                conf.get(CONFIG_SECTION, "dead_letter_view_max_reads", fallback=""),
                 DEFAULT_MAX_READS,
                 int,
                 "a whole number of reads at once, 1 or more",
+                on_invalid,
             ),
             queue_seconds=_setting(
-                "dead_letter_view_queue_seconds",
-                conf.get(CONFIG_SECTION, "dead_letter_view_queue_seconds", fallback=""),
-                DEFAULT_QUEUE_SECONDS,
-                float,
-                "seconds to wait, 0 or more",
+                "dead_letter_view_queue_seconds", DEFAULT_QUEUE_SECONDS, float, "seconds to wait, 0 or more", on_invalid
             ),
         )
 
+    @classmethod
+    def for_request(cls) -> ViewSettings:
+        """The settings for a request, which never answers 5xx for them: the plugin refused to load with a setting
+        it cannot use (:meth:`DeadLetterViewPlugin.on_load`), so one that went bad since is logged and its default
+        used."""
+        return cls.from_airflow(on_invalid=lambda error: LOG.warning("%s; using its default", error))
 
-def _setting(name: str, raw: str | None, default: float, kind: Callable[[str], Any], accepted: str) -> Any:
-    """A numeric ``[kerr]`` setting, its default when unset; a bad one raises :class:`InvalidViewSetting` naming it."""
-    raw = raw or ""
+
+def _setting(
+    name: str,
+    default: float,
+    kind: Callable[[str], Any],
+    accepted: str,
+    on_invalid: Callable[[InvalidViewSetting], None] | None,
+) -> Any:
+    """The numeric ``[kerr]`` setting ``name``, its default when unset or (told to ``on_invalid``) bad; a bad one
+    raises :class:`InvalidViewSetting` naming it, its value and what is accepted when there is no ``on_invalid``."""
+    raw = conf.get(CONFIG_SECTION, name, fallback="") or ""
     if not raw.strip():
         return kind(str(default))
     try:
@@ -175,7 +190,11 @@ def _setting(name: str, raw: str | None, default: float, kind: Callable[[str], A
     except ValueError:
         value = -1
     if not math.isfinite(value) or value < (1 if kind is int else 0):  # an endless wait would be no bound
-        raise InvalidViewSetting(f"[{CONFIG_SECTION}] {name}={raw!r}: expected {accepted}")
+        error = InvalidViewSetting(f"[{CONFIG_SECTION}] {name}={raw!r}: expected {accepted}")
+        if on_invalid is None:
+            raise error
+        on_invalid(error)
+        return kind(str(default))
     return value
 
 
@@ -251,7 +270,7 @@ async def kafka_config_for(
     """The Kafka config of the connection the request names, if Airflow lets this user read that connection."""
     from airflow.api_fastapi.app import get_auth_manager
 
-    conn_id = kafka_config_id or ViewSettings.from_airflow().kafka_config_id
+    conn_id = kafka_config_id or ViewSettings.for_request().kafka_config_id
     if len(conn_id) > MAX_CONN_ID_CHARS or _CONTROL.search(conn_id):
         raise HTTPException(
             400,
@@ -316,7 +335,7 @@ async def registry_for(
     """The decoder for the registry connection the request names, if Airflow lets this user read that connection."""
     from airflow.api_fastapi.app import get_auth_manager
 
-    conn_id = schema_registry_conn_id or ViewSettings.from_airflow().schema_registry_conn_id
+    conn_id = schema_registry_conn_id or ViewSettings.for_request().schema_registry_conn_id
     if len(conn_id) > MAX_CONN_ID_CHARS or _CONTROL.search(conn_id):
         raise HTTPException(
             400,
@@ -465,7 +484,7 @@ async def _shared(key: Hashable, ttl_s: float, prepare: Callable[[Any], Read], f
     shared, there too. Every slot taken for the whole wait is a 429 with ``Retry-After``,
     which the page waits out and asks again; the read's own errors are :func:`_read`'s.
     """
-    view = ViewSettings.from_airflow()
+    view = ViewSettings.for_request()
 
     async def read() -> Read:
         answer: Read = await _read(_read_and_prepare, prepare, function, *args, **kwargs)
@@ -530,7 +549,7 @@ async def run_tab(user: GetUserDep, job_run_id: Annotated[str, Query(min_length=
 @app.get("/api/settings")
 async def settings(user: GetUserDep) -> dict[str, Any]:
     """What the page needs to start: the default connection, the replay DAG and its form's fields."""
-    view = ViewSettings.from_airflow()
+    view = ViewSettings.for_request()
     return {
         "kafka_config_id": view.kafka_config_id,
         "schema_registry_conn_id": view.schema_registry_conn_id,
@@ -570,7 +589,7 @@ async def replay_summary(
 @app.get("/api/topics")
 async def topics(kafka_config: KafkaConfig) -> Response:
     """The configured DLQ topics and those found by their error headers."""
-    configured = ViewSettings.from_airflow().dead_letter_topics
+    configured = ViewSettings.for_request().dead_letter_topics
     # Shared while under way, never kept: a DLQ created a moment ago is listed at once.
     body = await _shared(
         ("topics", config_identity(kafka_config), configured),
@@ -661,7 +680,7 @@ async def samples(
     """
     selection = _selection(request, run, topic)
     registry_id = (
-        request.query_params.get("schema_registry_conn_id") or ViewSettings.from_airflow().schema_registry_conn_id
+        request.query_params.get("schema_registry_conn_id") or ViewSettings.for_request().schema_registry_conn_id
     )
     key = ("samples", config_identity(kafka_config), registry_id, _topic(topic), selection.fingerprint(), limit)
     body = await _shared(
@@ -690,16 +709,18 @@ async def readable_errors(request: Request, error: HTTPException) -> JSONRespons
     return JSONResponse({"detail": detail}, status_code=error.status_code, headers=error.headers)
 
 
-@app.exception_handler(InvalidViewSetting)
-async def misconfigured(request: Request, error: InvalidViewSetting) -> JSONResponse:
-    """A ``[kerr]`` setting the view cannot use: the deployment's error, not the request's, so a 500 naming it."""
-    return JSONResponse({"detail": mask_text(str(error))}, status_code=500)
-
-
 class DeadLetterViewPlugin(AirflowPlugin):
     """Registers the DLQ view's routes and its two places in the Airflow UI (declared in the provider's info)."""
 
     name = "kerr_dead_letters"
+
+    @classmethod
+    def on_load(cls, *args: Any, **kwargs: Any) -> None:
+        """Refuse to load with a ``[kerr]`` setting the view cannot use, as Airflow refuses a bad setting of its own at
+        start: Airflow logs ``Failed to load plugin kerr_dead_letters`` with the setting, its value and what is
+        accepted, and lists it among the plugin import errors, rather than the view answering 500s."""
+        ViewSettings.from_airflow()
+
     fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Kerr dead letters"}]
     external_views = [
         {

@@ -8,15 +8,16 @@ past a record that was not written.
 
 from __future__ import annotations
 
+import atexit
+import inspect
 import json
 import logging
 import math
 import os
-import threading
-import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+import weakref
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from airflow_kerr.callables import import_callable
 from airflow_kerr.errors import DeadLetterQueueRecord
 from airflow_kerr.formats import RegistrySerializer, RegistrySettings, registry_client_for
 from airflow_kerr.formats.registry_settings import FORMATS
+from airflow_kerr.kafka.idle_clients import IdleClients
 from airflow_kerr.kafka.offset_spans import SpanRecorder
 from airflow_kerr.kafka.record_size import batch_size, is_size_error, message_max_bytes, record_size
 from airflow_kerr.spark.spec import SinkSpec
@@ -78,16 +80,48 @@ def encode_value(value: Any) -> bytes | None:
 
 
 class _Deliveries:
-    """A producer's ``on_delivery``: calls the channel that holds the producer now (a pooled one changes hands)."""
+    """A producer's ``on_delivery``: calls the channel that holds the producer now (a pooled one changes hands).
+
+    It holds a channel's method weakly. The producer holds this object, so a strong reference made
+    channel and producer a cycle, which lives until a garbage collection rather than until the
+    channel is dropped: a finished run's producers went on reconnecting to a broker that had stopped.
+    A report for a channel that is gone is logged when it is an error.
+    """
 
     def __init__(self, target: Callable[[KafkaError | None, Any], None]) -> None:
         self.target = target
 
+    @property
+    def target(self) -> Callable[[KafkaError | None, Any], None] | None:
+        return self._target()
+
+    @target.setter
+    def target(self, target: Callable[[KafkaError | None, Any], None]) -> None:
+        self._target: Callable[[], Callable[[KafkaError | None, Any], None] | None] = (
+            weakref.WeakMethod(target) if inspect.ismethod(target) else lambda: target
+        )
+
     def __call__(self, error: KafkaError | None, message: Any) -> None:
-        self.target(error, message)
+        target = self._target()
+        if target is not None:
+            target(error, message)
+        else:
+            _dropped_delivery(error, message)
 
 
-class ProducerPool:
+@dataclass(frozen=True)
+class _Pooled:
+    """An idle producer the pool keeps, with its delivery-report target."""
+
+    producer: Producer
+    deliveries: _Deliveries
+
+    def close(self) -> None:
+        """Close it; this flushes nothing, as a producer came back only with nothing queued nor unreported."""
+        self.producer.close()
+
+
+class ProducerPool(IdleClients):
     """Idle producers a process keeps between the tasks of one run, so each task does not start its own.
 
     Why: a new idempotent producer sends nothing until it has its producer id, and librdkafka
@@ -97,56 +131,38 @@ class ProducerPool:
     half its time (``benchmarks/scaling.py``). A task that succeeded gives its flushed
     producers back (:meth:`ProducerChannel.release`); the next task of the same run with the
     same settings takes them, with their id. Only producers with nothing queued and no
-    failure come back; one idle for :data:`POOL_IDLE_S` is closed, so nothing outlives its run
-    for long (nor keeps reconnecting to a broker that is gone).
+    failure come back.
+
+    Nothing outlives its run for long, nor keeps reconnecting to a broker that is gone
+    (:class:`~airflow_kerr.kafka.idle_clients.IdleClients`): the pool's daemon thread closes a
+    producer idle for ``idle_s`` whether or not another task comes, another run's producers
+    are closed when this run's come back, and the rest when the process exits normally.
     """
 
     def __init__(self, idle_s: float) -> None:
-        self.idle_s = idle_s
-        self._lock = threading.Lock()
-        self._idle: dict[str, list[tuple[float, Producer, _Deliveries]]] = {}
+        super().__init__(POOL_MAX_PRODUCERS, idle_s, name="kerr-producer-pool")
 
-    def take(self, key: str) -> tuple[Producer, _Deliveries] | None:
-        """An idle producer kept under ``key`` (the newest), or None."""
-        with self._lock:
-            self._expire(time.monotonic())
-            kept = self._idle.get(key)
-            if not kept:
-                return None
-            _, producer, deliveries = kept.pop()
-            return producer, deliveries
+    def take(self, key: Hashable) -> tuple[Producer, _Deliveries] | None:
+        """The idle producer kept under ``key``, or None."""
+        kept = super().take(key)
+        return None if kept is None else (kept.producer, kept.deliveries)
 
     def give(self, key: str, producer: Producer, deliveries: _Deliveries) -> None:
         """Keep ``producer`` (flushed, nothing queued) for the next task under ``key``; only one run's at a time."""
-        with self._lock:
-            now = time.monotonic()
-            for other in [k for k in self._idle if k.split("|", 1)[0] != key.split("|", 1)[0]]:
-                del self._idle[other]  # another run's: this worker has moved on
-            self._idle.setdefault(key, []).append((now, producer, deliveries))
-            self._expire(now)
-        timer = threading.Timer(self.idle_s + 0.05, self.expire)
-        timer.daemon = True
-        timer.start()
-
-    def expire(self) -> None:
-        with self._lock:
-            self._expire(time.monotonic())
-
-    def _expire(self, now: float) -> None:
-        for key in list(self._idle):
-            self._idle[key] = [entry for entry in self._idle[key] if now - entry[0] < self.idle_s]
-            if not self._idle[key]:
-                del self._idle[key]
-
-    def __len__(self) -> int:
-        with self._lock:
-            return sum(len(kept) for kept in self._idle.values())
+        run = key.split("|", 1)[0]
+        self.drop(lambda other: str(other).split("|", 1)[0] != run)  # another run's: this worker has moved on
+        self.put(key, _Pooled(producer, deliveries))
 
 
 #: How long an idle producer is kept for the run's next task (tasks of one job follow each other within ms).
 POOL_IDLE_S = 10.0
+#: Idle producers kept at most: a run's tasks use two settings (sink, DLQ), one producer each.
+POOL_MAX_PRODUCERS = 8
 #: This process's idle producers (a Spark Python worker's, between its tasks).
 PRODUCER_POOL = ProducerPool(POOL_IDLE_S)
+# A Python process that ends normally closes what it keeps; a forked PySpark worker ends with os._exit,
+# which runs no handler, but then the process and its connections are gone at once: nothing reconnects.
+atexit.register(PRODUCER_POOL.close_all)
 
 
 class ProducerChannel:

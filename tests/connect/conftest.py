@@ -1,8 +1,9 @@
 """Fixtures for Kafka Connect control: real Kafka Connect on the session broker, behind a fault proxy.
 
-Every test talks to the module's real Connect worker (``connect_worker``, Kafka
-3.9.0) through :class:`FaultProxy`, a small HTTP proxy on loopback that forwards
-each request unchanged and records it. What real Connect does not produce on
+Every test talks to the module's real Connect worker (``connect_worker``: Kafka
+4.3.0 by default; ``make test`` runs these again on 3.9.0) through
+:class:`FaultProxy`, a small HTTP proxy on loopback that forwards each request
+unchanged and records it. What real Connect does not produce on
 demand is injected by the proxy around it, never by a second implementation:
 a rebalance window (409 with Connect's own message), a worker busy reading its
 internal topics (500 ``Request timed out`` after a delay), a worker whose

@@ -1,4 +1,4 @@
-"""SPEC-connect-rest.md checked against real Kafka Connect 3.9.0, with raw httpx requests.
+"""SPEC-connect-rest.md checked against real Kafka Connect (4.3.0, and 3.9.0 in make test), with raw httpx.
 
 Nothing here uses KafkaConnectHook, so the client is not tested against a
 mirror of itself. Where the real worker and the spec disagree the real system

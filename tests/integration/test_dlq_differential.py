@@ -1,11 +1,12 @@
 """Differential: the same poison records through a real Kafka Connect sink and through the error-aware Spark job.
 
 Both run with ``errors.tolerance=all``, a dead-letter queue and context headers.
-Kafka Connect 3.9.0 (the session's real worker, FileStreamSink, JsonConverter)
-and the Spark job (real local Spark, ``value_converter="json"``) read one topic
-of good and malformed JSON values; their two DLQs must carry the same records
-with the same ``__connect.errors.*`` header names in the same order, and equal
-values except where the two runtimes must differ (``MUST_DIFFER`` says why).
+Kafka Connect (the session's real worker: 4.3.0 by default, or the version
+``KERR_CONNECT_VERSION`` names; FileStreamSink, JsonConverter) and the Spark job
+(real local Spark, ``value_converter="json"``) read one topic of good and malformed
+JSON values; their two DLQs must carry the same records with the same
+``__connect.errors.*`` header names in the same order, and equal values except
+where the two runtimes must differ (``MUST_DIFFER`` says why).
 Then ``parse_dead_letter`` and the replay read the DLQ real Connect wrote.
 """
 

@@ -9,6 +9,10 @@ writes must be reported to it, not to the task that gave the producer back.
 
 from __future__ import annotations
 
+import gc
+import subprocess
+import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -96,3 +100,73 @@ def test_a_producer_with_records_queued_or_of_another_run_is_not_handed_over(
     unpooled = ProducerChannel(kafka_config)
     unpooled.release()
     assert ProducerChannel(kafka_config).producer is not unpooled.producer
+
+
+def test_an_idle_producer_is_closed_after_the_idle_time_without_another_task(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's own thread closes it: a producer kept for a task that never comes must not outlive its run."""
+    sink = create_topic(unique_topic, 1)
+    PRODUCER_POOL.close_all()  # what earlier tests left: the only producer closed below is this test's
+    monkeypatch.setattr(PRODUCER_POOL, "idle_s", 0.5)
+    closed_before = PRODUCER_POOL.closed
+    channel = ProducerChannel(kafka_config, pool_key=f"{unique_topic}-run")
+    channel.produce(sink, value=b"only")
+    channel.flush()
+    channel.release()
+    assert len(PRODUCER_POOL) == 1
+
+    assert PRODUCER_POOL.wait_closed(closed_before + 1, timeout_s=60)  # no take(): the pool's thread closed it
+
+    assert len(PRODUCER_POOL) == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        channel.producer.produce(sink, value=b"after")
+    assert _values(kafka_config, sink, 1) == [b"only"]  # closing wrote nothing and lost nothing
+
+
+def test_a_process_that_exits_closes_the_producers_it_kept(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """A real Python process gives a producer back to its pool and exits normally (as a worker that ends does)."""
+    sink = create_topic(unique_topic, 1)
+    script = f"""
+import atexit
+
+def report():  # registered first, so it runs after the pool's own exit handler
+    from airflow_kerr.spark.sinks import PRODUCER_POOL
+    print("kept at exit:", len(PRODUCER_POOL), "closed:", PRODUCER_POOL.closed)
+
+atexit.register(report)
+from airflow_kerr.spark.sinks import PRODUCER_POOL, ProducerChannel
+
+channel = ProducerChannel({kafka_config!r}, pool_key="exit-run")
+channel.produce({sink!r}, value=b"kept")
+channel.flush()
+channel.release()
+print("kept before exit:", len(PRODUCER_POOL), "closed:", PRODUCER_POOL.closed)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["kept before exit: 1 closed: 0", "kept at exit: 0 closed: 1"]
+    assert _values(kafka_config, sink, 1) == [b"kept"]
+
+
+def test_a_dropped_channel_takes_its_producers_with_it_without_a_garbage_collection(
+    kafka_config: dict[str, Any], create_topic: Callable[..., str], unique_topic: str
+) -> None:
+    """A channel and its producers are no reference cycle: dropped (as the driver drops its metrics channel when a
+    run ends), they go at once, not at some later collection while their producers reconnect to a stopped broker."""
+    sink = create_topic(unique_topic, 1)
+    gc.disable()
+    try:
+        channel = ProducerChannel(kafka_config)
+        channel.open_dead_letters()
+        channel.produce(sink, value=b"delivered")
+        channel.flush()
+        gone = weakref.ref(channel)
+        del channel
+        assert gone() is None
+    finally:
+        gc.enable()
+    assert _values(kafka_config, sink, 1) == [b"delivered"]

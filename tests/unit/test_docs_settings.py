@@ -33,7 +33,7 @@ def table() -> dict[str, tuple[str, str]]:
 
 
 def test_the_table_lists_exactly_the_settings_the_plugin_reads() -> None:
-    read = set(re.findall(r'conf\.get\(CONFIG_SECTION, "([a-z_]+)"', PLUGIN.read_text()))
+    read = set(re.findall(r'(?:conf\.get\(CONFIG_SECTION, |_setting\(\s*)"([a-z_]+)"', PLUGIN.read_text()))
     assert read == set(FIELDS)
     assert set(table()) == read
     for name, (env, _) in table().items():
