@@ -84,6 +84,15 @@ class RegistryDeserializer:
         """
         return self._fast_by_header[value[:HEADER_SIZE]](value)
 
+    def loaded_codec(self, schema_id: int) -> Any | None:
+        """The compiled codec of ``schema_id`` when this process has it already, else None: never a registry request.
+
+        A column decoder (:mod:`airflow_kerr.spark.avro_columns`) reads a batch with it; a value
+        whose schema is not loaded yet goes through :meth:`__call__`, which loads it.
+        """
+        codec = self._local.get(schema_id)
+        return codec if codec is not None else self.client.codecs.get((self.fmt, schema_id))
+
     def __call__(self, value: bytes | None) -> Any:
         if value is None:
             return None

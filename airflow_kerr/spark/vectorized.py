@@ -18,6 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_kerr.errors import PipelineStage, RetryWithTolerance, SourceRecord, Stage
+from airflow_kerr.formats import RegistryDeserializer
+from airflow_kerr.spark.avro_columns import VectorizedAvroConverter
 from airflow_kerr.spark.batch import BatchStageRunner, as_arrow_function, positions_of
 from airflow_kerr.spark.column_converters import VectorizedJsonConverter, decode_string_column, encode_json_column
 from airflow_kerr.spark.columns import BatchColumns
@@ -86,7 +88,7 @@ class DecodedBatch:
 class VectorizedStages:
     """The stages of a pipeline whose transformations are batch functions: whole Arrow batches, bad records isolated.
 
-    Converters decode a column at a time (JSON with pyarrow), transformations get the
+    Converters decode a column at a time (JSON with pyarrow, Avro with numpy), transformations get the
     batch, and the Kafka sink writes a value no transformation changed with its original
     bytes. Failures follow :mod:`airflow_kerr.spark.batch`: each bad record is isolated and
     goes through the same retry/tolerance/DLQ policy as on the per-record path.
@@ -103,6 +105,12 @@ class VectorizedStages:
             converter.stage.type: VectorizedJsonConverter(converter.stage, processor.runner, self.batch_runner)
             for converter in (processor.key_converter, processor.value_converter)
             if converter.fn is decode_json
+        }
+        #: The column decoder of each converter stage that decodes Avro through the registry.
+        self.avro_converters: dict[Stage, VectorizedAvroConverter] = {
+            converter.stage.type: VectorizedAvroConverter(converter.stage, converter, processor.runner)
+            for converter in (processor.key_converter, processor.value_converter)
+            if isinstance(converter.fn, RegistryDeserializer) and converter.fn.fmt == "avro"
         }
 
     def process(self, batch: Any, columns: BatchColumns) -> int:
@@ -175,10 +183,19 @@ class VectorizedStages:
             return self.json_converters[converter.stage.type].convert(raw, rows, source, columns)
         if converter.fn is decode_string:
             return decode_string_column(raw, rows, converter.stage, runner, source)
-        converted, kept = runner.run(converter.stage, converter.fn, raw.to_pylist(), rows, source, fast=converter.fast)
+        avro = self.avro_converters.get(converter.stage.type)
+        decoded = None if avro is None else avro.convert(raw, rows, columns)
+        if decoded is None:
+            converted, kept = runner.run(
+                converter.stage, converter.fn, raw.to_pylist(), rows, source, fast=converter.fast
+            )
+        elif isinstance(decoded[0], pa.Array):
+            return decoded[0], decoded[1]
+        else:
+            converted, kept = decoded
         try:
             return pa.array(converted), kept
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
             return self.typed_column(converter, converted, kept, source)
 
     def typed_column(
@@ -204,7 +221,7 @@ class VectorizedStages:
 def _arrow_type(value: Any) -> Any:
     try:
         return pa.array([value]).type
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         return None
 
 
