@@ -9,8 +9,10 @@ answers the same JSON.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import ssl
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -58,6 +60,10 @@ class RegistryClient:
         self._context = (
             self._ssl_context(settings.client) if any(u.startswith("https://") for u in self.base_urls) else None
         )
+        #: Idle kept-alive connections by base URL, as Confluent's Java client and confluent-kafka's keep theirs:
+        #: a new TCP (and TLS) connection per request cost more than the request itself.
+        self._idle: dict[str, list[http.client.HTTPConnection]] = {}
+        self._idle_lock = threading.Lock()
 
     def _base_url(self, url: str) -> str:
         """The URL without credentials; credentials become the Authorization header, as in Confluent's client.
@@ -132,30 +138,92 @@ class RegistryClient:
     def _request(self, base_url: str, method: str, path: str, body: Any) -> Any:
         self.requests += 1
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(base_url + path, data=data, method=method, headers=self._headers)
         where = f"{method} {mask_text(base_url)}{path}"
+        if _proxied(base_url):
+            return self._request_through_urllib(base_url, method, path, data, where)
+        try:
+            status, reason, payload = self._exchange(base_url, method, path, data)
+        except (OSError, http.client.HTTPException) as error:
+            raise RegistryUnavailable(f"{where}: {type(error).__name__}: {error}") from None
+        if status >= 300:
+            raise self._error_answer(status, reason, payload, where)
+        return self._json(payload, where)
+
+    def _exchange(self, base_url: str, method: str, path: str, data: bytes | None) -> tuple[int, str, bytes]:
+        """One request and its answer on a kept-alive connection; a fresh one when a kept one was closed meanwhile.
+
+        The server may close an idle connection at any time; only a connection that had served a request
+        is retried, once, so a registry that is down still fails at once.
+        """
+        split = urllib.parse.urlsplit(base_url)
+        for attempt in range(2):
+            connection, reused = self._connection(base_url, split)
+            try:
+                connection.request(method, split.path + path, body=data, headers=self._headers)
+                answer = connection.getresponse()
+                payload = answer.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as error:
+                connection.close()
+                if reused and attempt == 0:
+                    continue
+                raise error
+            except BaseException:
+                connection.close()
+                raise
+            if answer.will_close:
+                connection.close()
+            else:
+                with self._idle_lock:
+                    self._idle.setdefault(base_url, []).append(connection)
+            return answer.status, answer.reason, payload
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _connection(self, base_url: str, split: urllib.parse.SplitResult) -> tuple[http.client.HTTPConnection, bool]:
+        with self._idle_lock:
+            idle = self._idle.get(base_url)
+            if idle:
+                return idle.pop(), True
+        timeout = self.settings.timeout_s
+        if split.scheme == "https":
+            return http.client.HTTPSConnection(split.netloc, timeout=timeout, context=self._context), False
+        return http.client.HTTPConnection(split.netloc, timeout=timeout), False
+
+    def _request_through_urllib(self, base_url: str, method: str, path: str, data: bytes | None, where: str) -> Any:
+        """A request through the proxy the environment names (``https_proxy`` and the like), as urllib makes it."""
+        request = urllib.request.Request(base_url + path, data=data, method=method, headers=self._headers)
         try:
             with urllib.request.urlopen(request, timeout=self.settings.timeout_s, context=self._context) as answer:
-                return json.loads(answer.read())
+                payload = answer.read()
         except urllib.error.HTTPError as error:
-            raise self._error_answer(error, where) from None
+            raise self._error_answer(error.code, str(error.reason), error.read(), where) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
             reason = getattr(error, "reason", error)
             raise RegistryUnavailable(f"{where}: {type(reason).__name__}: {reason}") from None
+        return self._json(payload, where)
+
+    @staticmethod
+    def _json(payload: bytes, where: str) -> Any:
+        try:
+            return json.loads(payload)
         except ValueError as error:  # an answer that is not JSON: not a Schema Registry, or a proxy's page
             raise RegistryRequestError(200, 50001, f"{where}: the answer is not JSON ({error})") from None
 
     @staticmethod
-    def _error_answer(error: urllib.error.HTTPError, where: str) -> Exception:
-        status = error.code
+    def _error_answer(status: int, reason: str, payload: bytes, where: str) -> Exception:
         try:
-            answer = json.loads(error.read() or b"{}")
-            code, message = int(answer.get("error_code", status)), str(answer.get("message", error.reason))
+            answer = json.loads(payload or b"{}")
+            code, message = int(answer.get("error_code", status)), str(answer.get("message", reason))
         except (ValueError, AttributeError, TypeError):
-            code, message = status, str(error.reason)
+            code, message = status, reason
         if status in RETRIABLE_STATUSES:
             return RegistryUnavailable(f"{where}: HTTP {status}: {message}; error code: {code}")
         return RegistryRequestError(status, code, message)
+
+
+def _proxied(base_url: str) -> bool:
+    """True when the environment routes this URL through a proxy (``http_proxy``, ``https_proxy``, ``no_proxy``)."""
+    split = urllib.parse.urlsplit(base_url)
+    return split.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(split.hostname or "")
 
 
 def _quote(subject: str) -> str:

@@ -968,6 +968,9 @@ class RawSchema:
 class _Handler(BaseHTTPRequestHandler):
     registry: Registry
     server_version = "kerr-schema-registry"
+    #: Connections are kept alive, as Confluent's registry (Jetty) keeps them, and answers leave at once.
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
 
     def _answer(self, method: str) -> None:
         split = urlsplit(self.path)
