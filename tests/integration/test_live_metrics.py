@@ -310,13 +310,13 @@ def test_breach_watches_on_one_connect_connection_share_one_client_and_the_last_
         sink_topic = create_topic(f"{unique_topic}.{pipeline}")
         connectors[pipeline] = f"sink-{pipeline}-{unique_topic}"[:60]
         connect_worker.add_connector(connectors[pipeline], connector_config(sink_topic, str(tmp_path / pipeline)))
-    streams: dict[str, ToleranceTransitionStream] = {}
-    made = CursorStream.__init__
+    made: list[ToleranceTransitionStream] = []
+    init = CursorStream.__init__
 
     def keep(self: CursorStream, *args: Any, **kwargs: Any) -> None:
-        made(self, *args, **kwargs)
+        init(self, *args, **kwargs)
         if isinstance(self, ToleranceTransitionStream):
-            streams[str(self.spec.pipeline)] = self
+            made.append(self)
 
     monkeypatch.setattr(CursorStream, "__init__", keep)
     triggers = {
@@ -332,18 +332,19 @@ def test_breach_watches_on_one_connect_connection_share_one_client_and_the_last_
         for pipeline, connector in connectors.items()
     }
 
-    async def until_opened() -> None:
+    async def until_opened() -> dict[str, ToleranceTransitionStream]:
         deadline = time.monotonic() + 120  # a failure bound, not a speed claim
-        while len(streams) < 2 or any(s.pauser._hook is None or s._cursor is None for s in streams.values()):
+        while len(made) < 2 or any(s.pauser._hook is None or s._cursor is None for s in made):
             assert time.monotonic() < deadline, "the watches did not open"
             await asyncio.sleep(0.05)
+        return {str(stream.spec.pipeline): stream for stream in made}
 
     async def scenario() -> dict[str, Any]:
         runs = {pipeline: trigger.run() for pipeline, trigger in triggers.items()}
         tasks: list[asyncio.Task[Any]] = []
         try:
             firsts = {p: started(tasks, run) for p, run in runs.items()}
-            await until_opened()
+            streams = await until_opened()
             shared = streams["p1"].pauser._hook
             client = shared._client if shared is not None else None
             seen: dict[str, Any] = {"shared": shared, "client": client, "same": streams["p2"].pauser._hook is shared}
@@ -355,7 +356,12 @@ def test_breach_watches_on_one_connect_connection_share_one_client_and_the_last_
             seen["paused"] = {p: event["paused_on_breach"] for p, event in events.items()}
             seen["through_shared"] = all(s.pauser._hook is shared for s in streams.values())
             # The watches go on (resumed, looking again) until the triggerer cancels them, one after the other.
+            looks = {p: stream.looks for p, stream in streams.items()}
             looking = {p: started(tasks, run) for p, run in runs.items()}
+            deadline = time.monotonic() + 60  # a failure bound, not a speed claim
+            while any(stream.looks <= looks[p] for p, stream in streams.items()):  # both running, looking again
+                assert time.monotonic() < deadline, "the watches did not look again"
+                await asyncio.sleep(0.05)
             await stopped(looking["p1"])
             seen["after_one"] = (streams["p1"].pauser._hook, streams["p2"].pauser._hook, client and client.is_closed)
             await stopped(looking["p2"])
