@@ -7,23 +7,39 @@ the breach (``ToleranceTransitionStream`` on the triggerer, ``ToleranceSensor`` 
 poke or its trigger) now asks Connect to pause first and says so in the event; the DAG's
 pause task then only follows up: it asks again (pausing is idempotent) and waits until
 every task reads PAUSED, retrying under Airflow's rules if this first ask failed.
+
+The watches of one process that pause through the same Kafka Connect connection share one
+client (:data:`_CONNECT_CLIENTS`): an HTTP client holds an SSL context and a connection pool,
+close to a megabyte each, and a thousand watches made a thousand of them. The share is keyed
+by the connection id and its resolved settings (URL, auth, TLS, timeout, headers), digested so
+no secret is held in the key, so a changed connection gets a client of its own.
+``KERR_SHARED_WATCH_CLIENTS=0`` gives each watch its own client again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from airflow_kerr.errors.masking import mask_text
 from airflow_kerr.hooks.kafka_connect import KafkaConnectHook
+from airflow_kerr.kafka.sharing import Shares, settings_key, sharing_enabled
 
 #: How long a rebalancing worker (409) is retried here: the breach event is not held back for longer;
 #: the DAG's pause task retries with its own, longer budget.
 REBALANCE_BUDGET_S = 2.0
 
 log = logging.getLogger(__name__)
+
+#: Per (process id, connection id and settings key): the hook, with its HTTP client made, the pausers share.
+#: Keyed by process, not event loop: the client is synchronous (pauses are asked from worker threads, which
+#: have no loop), and httpx's ``Client`` with its connection pool is safe to use from several threads at once;
+#: the process id keeps a forked child from using its parent's sockets.
+_CONNECT_CLIENTS: Shares[KafkaConnectHook] = Shares()
 
 
 def connectors_to_pause(pause_on_breach: str | Sequence[str]) -> tuple[list[str], list[str]]:
@@ -56,12 +72,17 @@ class BreachPauser:
     pause. :meth:`prepare` does both when the watch opens, so a breach costs only the PUT;
     the client's HTTP connection is kept between requests. After a failed ask the client is
     dropped and the next breach starts afresh (the connection may have been fixed).
+
+    Pausers on the same connection settings in one process share one client (see the module
+    docstring); :meth:`close` releases this pauser's share, and the last one closes the client.
     """
 
     def __init__(self, kafka_connect_conn_id: str, connectors: Sequence[str]) -> None:
         self.kafka_connect_conn_id = kafka_connect_conn_id
         self.connectors = list(connectors)
         self._hook: KafkaConnectHook | None = None
+        #: Where this pauser's share of the client is held, or None when the client is its own (sharing off).
+        self._share: tuple[int, str] | None = None
 
     def prepare(self) -> None:
         """Read the connection and make the client now; a problem is logged and met again at :meth:`pause`."""
@@ -73,9 +94,22 @@ class BreachPauser:
             log.warning("could not prepare the pause of %s: %s", self.connectors, mask_text(f"{error}"))
 
     def _new_hook(self) -> KafkaConnectHook:
+        """The client to pause with: the connection read now, the client shared unless sharing is off."""
         hook = KafkaConnectHook(self.kafka_connect_conn_id, rebalance_retry_budget_s=REBALANCE_BUDGET_S)
-        hook.get_conn()
-        return hook
+        settings = hook.settings  # read now: a changed connection has another key, so a client of its own
+        if not sharing_enabled():
+            hook.get_conn()
+            return hook
+        owner = os.getpid()
+        key = settings_key({"conn_id": self.kafka_connect_conn_id, **dataclasses.asdict(settings)})
+
+        def make() -> KafkaConnectHook:
+            hook.get_conn()
+            return hook
+
+        shared = _CONNECT_CLIENTS.acquire(owner, key, make)
+        self._share = (owner, key)
+        return shared
 
     def pause(self) -> dict[str, dict[str, Any]]:
         """Ask Connect to pause every connector; never raises (see :func:`pause_on_breach`)."""
@@ -96,9 +130,14 @@ class BreachPauser:
         return done
 
     def close(self) -> None:
-        if self._hook is not None:
-            hook, self._hook = self._hook, None
-            hook.close()
+        """Drop the client: release this pauser's share of it (the last share closes it), or close its own."""
+        if self._hook is None:
+            return
+        hook, self._hook = self._hook, None
+        share, self._share = self._share, None
+        last = hook if share is None else _CONNECT_CLIENTS.release(*share)
+        if last is not None:
+            last.close()
 
 
 def _pause_one(hook: KafkaConnectHook, connector: str) -> dict[str, Any]:

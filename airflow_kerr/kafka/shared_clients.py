@@ -27,10 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -49,10 +46,12 @@ from airflow_kerr.kafka.offsets import (
     topic_partitions,
     watermarks,
 )
+from airflow_kerr.kafka.sharing import SHARING_ENV as SHARING_ENV  # the switch, here since watches first shared
+from airflow_kerr.kafka.sharing import Shares
+from airflow_kerr.kafka.sharing import settings_key as config_key
+from airflow_kerr.kafka.sharing import sharing_enabled as sharing_enabled
 from airflow_kerr.kafka.watch_cursor import WatchPosition, position_commits, position_from_commits
 
-#: Set to ``0`` to give each watch its own clients again (how watches ran before; ``benchmarks/watch_scale.py``).
-SHARING_ENV = "KERR_SHARED_WATCH_CLIENTS"
 #: How long the shared clients keep a topic's partition list before they ask the broker again.
 METADATA_REFRESH_S = 30.0
 #: How long one look at the followed metrics topics waits for a record before the DLQ ends are looked at again.
@@ -65,16 +64,6 @@ _TIMEOUT_S = 10.0
 log = logging.getLogger(__name__)
 
 
-def sharing_enabled() -> bool:
-    """Whether watches share their cluster's clients (the default), or ``KERR_SHARED_WATCH_CLIENTS=0`` turned it off."""
-    return os.environ.get(SHARING_ENV, "1").strip() != "0"
-
-
-def config_key(config: Mapping[str, Any]) -> str:
-    """What tells two clusters (or two ways to reach one) apart: a digest of the whole librdkafka config."""
-    return hashlib.sha256(json.dumps(dict(config), sort_keys=True, default=str).encode()).hexdigest()
-
-
 class SharedClients:
     """The clients every watch of one cluster shares in one event loop; see the module docstring."""
 
@@ -82,7 +71,6 @@ class SharedClients:
         self.config = dict(config)
         self.key = key
         self.scopes = scopes
-        self.refs = 0
         #: Ticks done and clients made: evidence for tests and the benchmark.
         self.ticks = 0
         self.consumers_made = 0
@@ -109,6 +97,8 @@ class SharedClients:
         self._task: asyncio.Task[None] | None = None
         self._last_dlq_read = 0.0
         self._wake = asyncio.Event()
+        #: The event loop these clients serve (their ticks are its task): the owner in :data:`_SHARES`.
+        self._loop = asyncio.get_running_loop()
 
     # Registration (event loop) ------------------------------------------------------------------------------
 
@@ -161,12 +151,15 @@ class SharedClients:
         while subject not in self._read_once and (subject[0], "*") not in self._read_once:
             await self.news(subject, 1.0)
 
+    @property
+    def refs(self) -> int:
+        """How many watches hold these clients (0 once the last released them)."""
+        return _SHARES.refs(self._loop, self.key)
+
     async def release(self) -> None:
         """One watch fewer; the last one stops the ticks and closes the clients."""
-        self.refs -= 1
-        if self.refs > 0:
+        if _SHARES.release(self._loop, self.key) is None:
             return
-        _REGISTRY.pop((asyncio.get_running_loop(), self.key), None)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -341,24 +334,19 @@ def _newest_by_pipeline(records: list[dict[str, Any]]) -> dict[str, tuple[int, i
     return newest
 
 
-#: (event loop, config key) -> the shared clients of that cluster in that loop.
-_REGISTRY: dict[tuple[asyncio.AbstractEventLoop, str], SharedClients] = {}
+#: Per (event loop, config key): the shared clients of that cluster in that loop.
+_SHARES: Shares[SharedClients] = Shares()
 
 
 def acquire(config: Mapping[str, Any], scopes: tuple[str, ...]) -> SharedClients:
     """The running loop's shared clients for ``config`` (made on first use), one reference more."""
     key = config_key(config)
-    loop = asyncio.get_running_loop()
-    clients = _REGISTRY.get((loop, key))
-    if clients is None:
-        clients = _REGISTRY[(loop, key)] = SharedClients(config, key, scopes)
-    clients.refs += 1
-    return clients
+    return _SHARES.acquire(asyncio.get_running_loop(), key, lambda: SharedClients(config, key, scopes))
 
 
 def shared_clients_in(loop: asyncio.AbstractEventLoop) -> list[SharedClients]:
     """The shared clients alive in ``loop`` (tests and the benchmark count them)."""
-    return [clients for (owner, _), clients in _REGISTRY.items() if owner is loop]
+    return _SHARES.held(loop)
 
 
 class SharedCursor:

@@ -9,6 +9,8 @@ when the sensor trips; then the flag goes and the task ends.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -16,7 +18,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -242,4 +244,186 @@ def test_the_watcher_pauses_the_sink_with_the_client_it_prepared_when_the_watch_
             stream._watch.close()
         if stream._cursor is not None:
             stream._cursor.close()
+        connect_worker.rest("DELETE", f"/connectors/{connector}")
+
+
+def started(tasks: list[asyncio.Task[Any]], run: AsyncIterator[Any]) -> asyncio.Task[Any]:
+    """A task that runs the watch ``run`` to its next event (kept in ``tasks`` to stop them all at the end)."""
+
+    async def next_event() -> Any:
+        return await anext(run)
+
+    tasks.append(asyncio.create_task(next_event()))
+    return tasks[-1]
+
+
+async def stopped(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` as the triggerer cancels a watch whose asset is gone, and wait until it ended."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def connect_connection(monkeypatch: pytest.MonkeyPatch, worker: Any) -> str:
+    """``kafka_connect_default`` on the module's real Connect worker, as an environment variable."""
+    connection = {"conn_type": "kafka_connect", "host": worker.host, "port": worker.port, "schema": "http"}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_CONNECT_DEFAULT", json.dumps(connection))
+    return "kafka_connect_default"
+
+
+def breach_record(pipeline: str) -> bytes:
+    """An interim metrics record of ``pipeline`` over a ``max_errors=10`` limit."""
+    record = {"pipeline": pipeline, "scope": "task", "attempt": "a", "seq": 0, "interim": True, "state": "running"}
+    record |= {"window_end_ms": int(time.time() * 1000), "records_in": 100, "total-record-errors": 11}
+    return json.dumps(record).encode()
+
+
+def wait_for_paused(worker: Any, connector: str) -> None:
+    deadline = time.monotonic() + 60  # a failure bound, not a speed claim
+    while worker.status(connector)["connector"]["state"] != "PAUSED":
+        assert time.monotonic() < deadline, worker.status(connector)
+        time.sleep(0.1)
+
+
+def test_breach_watches_on_one_connect_connection_share_one_client_and_the_last_closes_it(  # noqa: PLR0915 - one scenario, told in order
+    kafka_config: dict[str, Any],
+    kafka_connection: str,
+    create_topic: Callable[..., str],
+    unique_topic: str,
+    connect_worker: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two tolerance watchers with ``pause_on_breach`` on one Kafka Connect connection, each run as the
+    triggerer runs a watch alone (``run()``: opens and looks in worker threads), on the real broker and the
+    real worker: both hold one client; a breach of each pipeline pauses that watch's own connector through it;
+    a cancelled watch releases its share while the other keeps the client open; the last one closes it."""
+    from airflow_kerr.hooks.breach_pause import _CONNECT_CLIENTS
+    from airflow_kerr.local.connect_worker import connector_config
+    from airflow_kerr.triggers.tolerance_events import ToleranceEventTrigger, ToleranceTransitionStream
+    from airflow_kerr.triggers.watch import CursorStream
+
+    connect_conn = connect_connection(monkeypatch, connect_worker)
+    metrics = create_topic(f"{unique_topic}.metrics")
+    connectors = {}
+    for pipeline in ("p1", "p2"):
+        sink_topic = create_topic(f"{unique_topic}.{pipeline}")
+        connectors[pipeline] = f"sink-{pipeline}-{unique_topic}"[:60]
+        connect_worker.add_connector(connectors[pipeline], connector_config(sink_topic, str(tmp_path / pipeline)))
+    made: list[ToleranceTransitionStream] = []
+    init = CursorStream.__init__
+
+    def keep(self: CursorStream, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if isinstance(self, ToleranceTransitionStream):
+            made.append(self)
+
+    monkeypatch.setattr(CursorStream, "__init__", keep)
+    triggers = {
+        pipeline: ToleranceEventTrigger(
+            spec=ToleranceSpec(max_errors=10, min_records=0, pipeline=pipeline, metrics_topic=metrics),
+            kafka_config_id=kafka_connection,
+            poll_interval=0.2,
+            pause_on_breach=[connector],
+            kafka_connect_conn_id=connect_conn,
+            cursor_group=f"{unique_topic}-{pipeline}",
+            fire_on="breach",
+        )
+        for pipeline, connector in connectors.items()
+    }
+
+    async def until_opened() -> dict[str, ToleranceTransitionStream]:
+        deadline = time.monotonic() + 120  # a failure bound, not a speed claim
+        while len(made) < 2 or any(s.pauser._hook is None or s._cursor is None for s in made):
+            assert time.monotonic() < deadline, "the watches did not open"
+            await asyncio.sleep(0.05)
+        return {str(stream.spec.pipeline): stream for stream in made}
+
+    async def scenario() -> dict[str, Any]:
+        runs = {pipeline: trigger.run() for pipeline, trigger in triggers.items()}
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            firsts = {p: started(tasks, run) for p, run in runs.items()}
+            streams = await until_opened()
+            shared = streams["p1"].pauser._hook
+            client = shared._client if shared is not None else None
+            seen: dict[str, Any] = {"shared": shared, "client": client, "same": streams["p2"].pauser._hook is shared}
+            producer = Producer(kafka_config)
+            for pipeline in connectors:
+                producer.produce(metrics, key=pipeline.encode(), value=breach_record(pipeline))
+            assert producer.flush(30) == 0
+            events = {p: (await asyncio.wait_for(first, 120)).payload for p, first in firsts.items()}
+            seen["paused"] = {p: event["paused_on_breach"] for p, event in events.items()}
+            seen["through_shared"] = all(s.pauser._hook is shared for s in streams.values())
+            # The watches go on (resumed, looking again) until the triggerer cancels them, one after the other.
+            looks = {p: stream.looks for p, stream in streams.items()}
+            looking = {p: started(tasks, run) for p, run in runs.items()}
+            deadline = time.monotonic() + 60  # a failure bound, not a speed claim
+            while any(stream.looks <= looks[p] for p, stream in streams.items()):  # both running, looking again
+                assert time.monotonic() < deadline, "the watches did not look again"
+                await asyncio.sleep(0.05)
+            await stopped(looking["p1"])
+            seen["after_one"] = (streams["p1"].pauser._hook, streams["p2"].pauser._hook, client and client.is_closed)
+            await stopped(looking["p2"])
+            seen["after_both"] = (streams["p2"].pauser._hook, client and client.is_closed)
+            seen["left"] = _CONNECT_CLIENTS.held(os.getpid())
+            return seen
+        finally:  # a failed step leaves no watch running
+            for task in tasks:
+                await stopped(task)
+
+    try:
+        seen = asyncio.run(scenario())
+        assert seen["shared"] is not None and seen["client"] is not None, "the watch made no client when it opened"
+        assert seen["same"], "two watches on one Connect connection made a client each"
+        for pipeline, connector in connectors.items():
+            asked = seen["paused"][pipeline]
+            assert list(asked) == [connector] and asked[connector]["error"] is None, asked
+            assert asked[connector]["asked_at_ms"] is not None
+            wait_for_paused(connect_worker, connector)
+        assert seen["through_shared"], "a pause did not go through the shared client"
+        assert seen["after_one"] == (None, seen["shared"], False), "the cancelled watch took the client with it"
+        assert seen["after_both"] == (None, True), "the last watch left the client open"
+        assert seen["shared"] not in seen["left"], "the closed client is still handed out"
+    finally:
+        for connector in connectors.values():
+            connect_worker.rest("DELETE", f"/connectors/{connector}")
+
+
+def test_with_sharing_off_each_breach_watch_pauses_through_a_client_of_its_own(
+    connect_worker: Any,
+    create_topic: Callable[..., str],
+    unique_topic: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``KERR_SHARED_WATCH_CLIENTS=0``: two pausers on one connection make a client each (as before sharing),
+    each pauses through its own on the real worker, and closing one leaves the other's open."""
+    from airflow_kerr.hooks.breach_pause import BreachPauser
+    from airflow_kerr.local.connect_worker import connector_config
+
+    monkeypatch.setenv("KERR_SHARED_WATCH_CLIENTS", "0")
+    connect_conn = connect_connection(monkeypatch, connect_worker)
+    connector = f"sink-{unique_topic}"[:60]
+    connect_worker.add_connector(
+        connector, connector_config(create_topic(f"{unique_topic}.clean"), str(tmp_path / "s"))
+    )
+    first, second = BreachPauser(connect_conn, [connector]), BreachPauser(connect_conn, [connector])
+    try:
+        first.prepare()
+        second.prepare()
+        assert first._hook is not None and second._hook is not None
+        own_clients = first._hook._client, second._hook._client
+        assert first._hook is not second._hook and own_clients[0] is not own_clients[1]
+
+        asked = [first.pause()[connector], second.pause()[connector]]
+
+        assert all(a["error"] is None and a["asked_at_ms"] is not None for a in asked), asked
+        wait_for_paused(connect_worker, connector)
+        first.close()
+        assert own_clients[0] is not None and own_clients[0].is_closed
+        assert own_clients[1] is not None and not own_clients[1].is_closed, "closing one closed the other's client"
+    finally:
+        first.close()
+        second.close()
         connect_worker.rest("DELETE", f"/connectors/{connector}")

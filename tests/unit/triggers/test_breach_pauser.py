@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -50,3 +51,43 @@ def test_no_connectors_reads_no_connection() -> None:
     pauser = BreachPauser("no_such_connection_anywhere", [])
     pauser.prepare()
     assert pauser.pause() == {} and pauser._hook is None
+
+
+def test_pausers_on_one_connection_share_a_client_and_a_changed_connection_gets_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Same connection id and settings: one client for both pausers (a triggerer with a thousand watches holds
+    one). The connection's password changed since: the next pauser gets a client with the new settings, the
+    pausers holding the old one keep it until they let go, and no share is keyed by the password in clear."""
+    connection = {"conn_type": "kafka_connect", "host": "connect.example", "port": 8083, "login": "svc"}
+    monkeypatch.setenv("AIRFLOW_CONN_SHARED_CONNECT", json.dumps({**connection, "password": "old-s3cret"}))
+    first, second = BreachPauser("shared_connect", ["a"]), BreachPauser("shared_connect", ["b"])
+    first.prepare()
+    second.prepare()
+    assert first._hook is not None and first._hook is second._hook, "two clients for one connection"
+    client = first._hook._client
+    assert client is not None and first._share is not None and "s3cret" not in repr(first._share)
+
+    monkeypatch.setenv("AIRFLOW_CONN_SHARED_CONNECT", json.dumps({**connection, "password": "new-s3cret"}))
+    third = BreachPauser("shared_connect", ["c"])
+    third.prepare()
+    assert third._hook is not None and third._hook is not first._hook, "a changed connection kept the old client"
+    assert third._hook.settings.auth == ("svc", "new-s3cret")
+
+    first.close()
+    assert not client.is_closed, "a pauser still holding the client saw it closed"
+    second.close()
+    assert client.is_closed, "the last pauser left its client open"
+    third.close()
+
+
+def test_pausers_preparing_at_once_in_worker_threads_make_one_client(unreachable_connect: str) -> None:
+    """The triggerer opens watches in worker threads: eight opening at once still make one client."""
+    pausers = [BreachPauser(unreachable_connect, [f"sink-{n}"]) for n in range(8)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda pauser: pauser.prepare(), pausers))
+    try:
+        assert len({id(pauser._hook) for pauser in pausers}) == 1 and pausers[0]._hook is not None
+    finally:
+        for pauser in pausers:
+            pauser.close()
