@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -24,9 +25,21 @@ print(json.dumps({"mounted": mounted, "errors": list(plugins_manager.get_import_
 
 
 def load_plugins(**settings: str) -> dict[str, list[str]]:
+    """Airflow's plugins as a fresh process loads them, run outside the source tree.
+
+    ``python -c`` puts its working directory on ``sys.path``; in a checkout that holds the
+    editable install's ``airflow_provider_kerr.egg-info``, which Airflow would read as a second
+    distribution with the same entry point ("already registered, skipping"), as no deployment has it.
+    """
     env = {**os.environ, **{f"AIRFLOW__KERR__{name.upper()}": value for name, value in settings.items()}}
     done = subprocess.run(
-        [sys.executable, "-c", LOAD_PLUGINS], env=env, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", LOAD_PLUGINS],
+        env=env,
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     found: dict[str, list[str]] = json.loads(done.stdout.strip().splitlines()[-1])
