@@ -63,6 +63,10 @@ class RegistryClient:
         #: Idle kept-alive connections by base URL, as Confluent's Java client and confluent-kafka's keep theirs:
         #: a new TCP (and TLS) connection per request cost more than the request itself.
         self._idle: dict[str, list[http.client.HTTPConnection]] = {}
+        #: Each URL's parts, and whether the environment routes it through a proxy: read once, as urllib's
+        #: opener reads the proxies once, not on every request.
+        self._splits = {url: urllib.parse.urlsplit(url) for url in self.base_urls}
+        self._proxied = {url: _proxied(split) for url, split in self._splits.items()}
         self._idle_lock = threading.Lock()
 
     def _base_url(self, url: str) -> str:
@@ -139,7 +143,7 @@ class RegistryClient:
         self.requests += 1
         data = None if body is None else json.dumps(body).encode()
         where = f"{method} {mask_text(base_url)}{path}"
-        if _proxied(base_url):
+        if self._proxied[base_url]:
             return self._request_through_urllib(base_url, method, path, data, where)
         try:
             status, reason, payload = self._exchange(base_url, method, path, data)
@@ -155,7 +159,7 @@ class RegistryClient:
         The server may close an idle connection at any time; only a connection that had served a request
         is retried, once, so a registry that is down still fails at once.
         """
-        split = urllib.parse.urlsplit(base_url)
+        split = self._splits[base_url]
         for attempt in range(2):
             connection, reused = self._connection(base_url, split)
             try:
@@ -220,9 +224,8 @@ class RegistryClient:
         return RegistryRequestError(status, code, message)
 
 
-def _proxied(base_url: str) -> bool:
+def _proxied(split: urllib.parse.SplitResult) -> bool:
     """True when the environment routes this URL through a proxy (``http_proxy``, ``https_proxy``, ``no_proxy``)."""
-    split = urllib.parse.urlsplit(base_url)
     return split.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(split.hostname or "")
 
 
